@@ -1,0 +1,645 @@
+"""SpecLens web app: watch speculative decoding step by step (python app.py; Hugging Face Spaces entry point)."""
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import gradio as gr
+
+from core.config import METHODS, SpecConfig
+from core.errors import SpecError
+from core.trace import StepRecord, summarize
+from viz import plots
+from viz.learn import learn_figure, learn_markdown
+from viz.panels import all_figures, render_panels
+from viz.style import CSS
+from viz.summary import compare_table, summary_cards, speedup
+from viz.synthetic import synthetic_trace
+from viz.text import render_text
+from viz.tokens import esc, last_index
+from viz.tracefile import (EXAMPLE_PATH, add_vocab, load_example, missing_ids, new_trace, round_floats,
+                           save_trace)
+
+try:  # ZeroGPU: a GPU is attached only inside functions decorated with spaces.GPU
+    import spaces
+    GPU = spaces.GPU(duration=120)
+except Exception:  # not on a Space (or not ZeroGPU): a no-op decorator
+    def GPU(fn):
+        return fn
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+UI_MAX_NEW_TOKENS = 512
+PLOT_EVERY_S = 0.4  # while streaming, refresh the Plotly panels at most this often
+OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
+                 ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self")]
+HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+              "HuggingFaceTB/SmolLM2-135M-Instruct"),
+             ("Qwen2.5-1.5B-Instruct ← Qwen2.5-0.5B-Instruct (Hub)", "Qwen/Qwen2.5-1.5B-Instruct",
+              "Qwen/Qwen2.5-0.5B-Instruct")]
+FALLBACK_EXAMPLES = [
+    ("conv", "Give me three tips for staying focused while working from home."),
+    ("mt", "Translate into French: The library opens at nine and closes at six on weekdays."),
+    ("summ", "Summarize in two sentences: The city council voted on Tuesday to expand the bike lane network "
+             "by 40 kilometres over three years, citing rising ridership and fewer accidents on protected routes."),
+    ("qa", "What is the difference between a virus and a bacterium?"),
+    ("math", "A train travels 180 km in 2.5 hours. What is its average speed in km/h? Show your steps."),
+    ("rag", "Context: The Eiffel Tower was completed in 1889 for the World's Fair and is 330 m tall.\n"
+            "Question: When was the Eiffel Tower completed and how tall is it?"),
+    ("code", "Write a Python function is_palindrome(s) that ignores case and non-letters."),
+]
+
+_LOAD_LOCK = threading.Lock()
+_STOP = {}  # session hash -> stop requested
+
+
+# ---------------------------------------------------------------- engine access
+
+def pipeline_class():
+    """core.pipeline.Pipeline, or a SpecError saying why the engine is unavailable."""
+    try:
+        from core.pipeline import Pipeline
+    except ImportError as e:
+        raise SpecError(f"the generation engine is not available in this build ({e})") from None
+    return Pipeline
+
+
+def load_pipeline(model_key: str):
+    model_id, draft = parse_model_key(model_key)
+    with _LOAD_LOCK:
+        try:
+            return pipeline_class().load(model_id=model_id, draft=draft)
+        except SpecError:
+            raise
+        except Exception as e:  # a model that fails to load must not take the app down
+            traceback.print_exc()
+            raise SpecError(f"could not load model {model_id!r} (draft {draft!r}): {type(e).__name__}: {e}") from None
+
+
+def model_choices(hub: bool) -> list:
+    pairs = OFFLINE_PAIRS + (HUB_PAIRS if hub else [])
+    return [(label, f"{model}|{draft}") for label, model, draft in pairs]
+
+
+def parse_model_key(key: str) -> tuple:
+    allowed = {f"{m}|{d}": (m, d) for _, m, d in OFFLINE_PAIRS + HUB_PAIRS}
+    if key not in allowed:  # only listed ids are ever opened: no user-typed paths or URLs
+        raise SpecError(f"unknown model choice {key!r}")
+    return allowed[key]
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("SPECLENS_OFFLINE") == "1":
+        return False
+    ok = []
+
+    def probe():
+        import socket
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout + 0.5)
+    return bool(ok)
+
+
+def example_prompts() -> list:
+    """[(category, prompt)] from core.prompts when it is there, else a built-in set of 7 categories."""
+    try:
+        from core.prompts import example_prompts as ep
+        return _normalize_examples(ep()) or FALLBACK_EXAMPLES
+    except Exception:
+        return FALLBACK_EXAMPLES
+
+
+def _normalize_examples(got) -> list:
+    if isinstance(got, dict):
+        items = [(k, v) for k, vs in got.items() for v in (vs if isinstance(vs, (list, tuple)) else [vs])]
+    else:
+        items = [(e.get("category", ""), e.get("prompt", e.get("text", ""))) if isinstance(e, dict) else tuple(e)
+                 for e in got]
+    return [(str(c), str(p)) for c, p in items if str(p).strip()]
+
+
+# ---------------------------------------------------------------- config and runs
+
+def make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature,
+                vocab_size=None) -> SpecConfig:
+    if int(max_new) > UI_MAX_NEW_TOKENS:
+        raise SpecError(f"max new tokens must be at most {UI_MAX_NEW_TOKENS} in the web app, got {int(max_new)}")
+    cfg = SpecConfig(method=method, w_max=int(w_max), k_pre=int(k_pre), k_ver=int(k_ver), fr_size=int(fr_size),
+                     rank=int(rank), depth=int(depth), top_k=int(top_k), tree_size=int(tree_size),
+                     max_new_tokens=int(max_new), temperature=float(temperature))
+    return cfg.validate(vocab_size=vocab_size)
+
+
+def check_prompt(prompt: str) -> str:
+    prompt = (prompt or "").strip()
+    if not prompt:
+        raise SpecError("the prompt is empty: type something or pick an example")
+    if len(prompt) > 8000:
+        raise SpecError(f"the prompt is too long for the web demo ({len(prompt)} characters, max 8000)")
+    return prompt
+
+
+def trace_meta(pipe, prompt: str, cfg: SpecConfig) -> dict:
+    return {"prompt": prompt, "model": pipe.model_id, "draft": getattr(pipe, "draft_name", ""),
+            "runtime": getattr(pipe, "runtime_name", ""), "method": cfg.method, "cfg": cfg.to_dict(),
+            "vocab_size": getattr(pipe, "vocab_size", None), "created": datetime.now(timezone.utc).isoformat()}
+
+
+def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
+    """Runs the pipeline and yields (trace, record dict) with display strings for every id the record shows."""
+    trace = new_trace(trace_meta(pipe, prompt, cfg))
+    t0 = time.perf_counter()
+    for rec in pipe.run(prompt, cfg, chat=True, should_stop=should_stop):
+        d = rec.to_dict()
+        ids = missing_ids(trace, d)
+        if ids:
+            add_vocab(trace, ids, pipe.decode_tokens(ids))
+        trace["records"].append(d)
+        trace["meta"]["wall_s"] = time.perf_counter() - t0
+        yield trace, d
+
+
+def finish_trace(trace: dict) -> dict:
+    recs = [StepRecord.from_dict(r) for r in trace["records"]]
+    trace["meta"]["summary"] = summarize(recs, wall_s=trace["meta"].get("wall_s"))
+    return trace["meta"]["summary"]
+
+
+def run_to_end(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False) -> dict:
+    trace = None
+    for trace, _ in iter_trace(pipe, prompt, cfg, should_stop):
+        pass
+    if trace is None:
+        raise SpecError("the engine produced no steps")
+    finish_trace(trace)
+    return trace
+
+
+def emitted_ids(trace: dict) -> list:
+    return [t for r in trace["records"] for t in r.get("emitted", [])]
+
+
+def is_lossless(trace: dict, ar_trace: dict) -> bool:
+    a, b = emitted_ids(trace), emitted_ids(ar_trace)
+    n = min(len(a), len(b))
+    return n > 0 and a[:n] == b[:n]
+
+
+def baseline_key(model_key, prompt, cfg: SpecConfig) -> str:
+    return f"{model_key}\x00{prompt}\x00{cfg.max_new_tokens}\x00{cfg.temperature}\x00{cfg.seed}"
+
+
+def comparison(trace: dict, baselines: dict, key: str) -> tuple:
+    """(AR summary or None, lossless flag or None) for a finished run, from this session's AR runs."""
+    ar = (baselines or {}).get(key)
+    if not ar or trace["meta"]["method"] == "ar":
+        return None, None
+    greedy = float(trace["meta"]["cfg"].get("temperature", 0)) == 0.0
+    return ar["meta"]["summary"], (is_lossless(trace, ar) if greedy else None)
+
+
+# ---------------------------------------------------------------- files
+
+def write_downloads(trace: dict) -> list:
+    d = Path(tempfile.mkdtemp(prefix="speclens-"))
+    name = f"speclens-{trace['meta'].get('method', 'run')}"
+    trace_path = save_trace(trace, d / f"{name}-trace.json")
+    html_path = d / f"{name}-plots.html"
+    html_path.write_text(plots.figures_html(all_figures(trace), title=f"SpecLens · {name}"))
+    return [str(trace_path), str(html_path)]
+
+
+def write_example_trace(prompt: str | None, method: str, max_new: int, path=EXAMPLE_PATH) -> Path:
+    """Runs the default model once and ships the trace (used by `python app.py --write-example-trace`)."""
+    pipe = pipeline_class().load(model_id=DEFAULT_MODEL, draft="auto")
+    prompt = prompt or example_prompts()[0][1]
+    cfg = SpecConfig(method=method, max_new_tokens=max_new).validate(vocab_size=pipe.vocab_size)
+    trace = run_to_end(pipe, prompt, cfg)
+    trace["meta"]["example"] = True
+    out = save_trace(round_floats(trace), path)
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {len(trace['records'])} records)")
+    return out
+
+
+def initial_trace() -> dict:
+    trace = load_example()
+    if trace is None:
+        trace = synthetic_trace(n_steps=16)
+    if not trace["meta"].get("summary"):
+        finish_trace(trace)
+    return trace
+
+
+# ---------------------------------------------------------------- view glue
+
+def source_note(trace: dict, live: bool = False) -> str:
+    m = trace.get("meta", {})
+    if m.get("synthetic"):
+        what = "a synthetic demo trace (no example trace shipped yet)"
+    elif live:
+        what = "your run"
+    else:
+        what = "the shipped example trace" if m.get("example") else "a loaded trace"
+    return (f'<div class="source-note">Showing {what}: <b>{esc(m.get("method", ""))}</b> on '
+            f'<code>{esc(m.get("model", ""))}</code>. Press <b>Run</b> to generate your own, or scrub the replay slider.</div>')
+
+
+def error_note(msg: str) -> str:
+    return f'<div class="error-box" role="alert">⚠ {esc(msg)}</div>'
+
+
+def panel_values(trace: dict, step=None, with_plots=True) -> list:
+    p = render_panels(trace, step, with_plots=with_plots)
+    plot_vals = [p[k] for k in ("coverage", "active", "accept", "timing")] if with_plots else [gr.skip()] * 4
+    return [p["text"], p["stream"], p["tree"]] + plot_vals
+
+
+def summary_for(trace: dict, baselines: dict, model_key: str = "") -> str:
+    s = trace.get("meta", {}).get("summary")
+    if not s:
+        return summary_cards({})
+    key = trace["meta"].get("baseline_key", "")
+    ar, lossless = comparison(trace, baselines, key)
+    return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=lossless)
+
+
+def replay(trace: dict, step) -> list:
+    step = max(0, min(int(step or 0), last_index(trace)))
+    return panel_values(trace, step)
+
+
+def replay_shift(trace: dict, step, delta: int) -> list:
+    step = max(0, min(int(step or 0) + delta, last_index(trace)))
+    return [gr.Slider(value=step)] + panel_values(trace, step)
+
+
+def tick(trace: dict, step) -> list:
+    """Timer tick while playing: advance one step; stop the timer at the end."""
+    nxt = int(step or 0) + 1
+    if nxt > last_index(trace):
+        return [gr.Timer(active=False), gr.skip()] + [gr.skip()] * 7
+    return [gr.Timer(active=True), gr.Slider(value=nxt)] + panel_values(trace, nxt)
+
+
+def play(trace: dict, step) -> list:
+    restart = int(step or 0) >= last_index(trace)
+    return [gr.Timer(active=True), gr.Slider(value=0) if restart else gr.skip()]
+
+
+def speed_to_interval(speed: str) -> gr.Timer:
+    return gr.Timer(value={"0.5×": 1.6, "1×": 0.8, "2×": 0.4, "4×": 0.2}.get(speed, 0.8))
+
+
+# ---------------------------------------------------------------- handlers (streamed)
+
+def _session(request) -> str:
+    return getattr(request, "session_hash", None) or "local"
+
+
+def request_stop(request: gr.Request = None):
+    _STOP[_session(request)] = True
+
+
+@GPU
+def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
+           temperature, baselines, request: gr.Request = None):
+    """Run tab: streams every panel once per step; outputs = RUN_OUTPUTS."""
+    sess = _session(request)
+    _STOP[sess] = False
+    try:
+        prompt = check_prompt(prompt)
+        pipe = load_pipeline(model_key)
+        cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
+                          temperature, vocab_size=getattr(pipe, "vocab_size", None))
+        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False))
+    except SpecError as e:
+        gr.Warning(str(e))
+        yield _error_outputs(str(e))
+    except Exception as e:  # keep serving; the server log has the traceback
+        traceback.print_exc()
+        gr.Warning(f"internal error: {type(e).__name__}: {e}")
+        yield _error_outputs(f"internal error: {type(e).__name__}: {e}")
+
+
+def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop):
+    last_plot, trace = 0.0, None
+    for trace, rec in iter_trace(pipe, prompt, cfg, should_stop):
+        now = time.perf_counter()
+        with_plots = now - last_plot >= PLOT_EVERY_S
+        last_plot = now if with_plots else last_plot
+        n = last_index(trace)
+        yield ([trace, gr.Slider(maximum=max(n, 1), value=n), _running_note(trace)]
+               + panel_values(trace, None, with_plots) + [gr.skip(), gr.skip(), gr.skip()])
+    if trace is None:
+        raise SpecError("the engine produced no steps")
+    yield _final_outputs(trace, model_key, baselines)
+
+
+def _final_outputs(trace, model_key, baselines) -> list:
+    finish_trace(trace)
+    cfg = SpecConfig.from_dict(trace["meta"]["cfg"])
+    key = baseline_key(model_key, trace["meta"]["prompt"], cfg)
+    trace["meta"]["baseline_key"] = key
+    baselines = dict(baselines or {})
+    if trace["meta"]["method"] == "ar":
+        baselines[key] = trace
+    n = last_index(trace)
+    return ([trace, gr.Slider(maximum=max(n, 1), value=n), source_note(trace, live=True)]
+            + panel_values(trace, None) + [summary_for(trace, baselines), write_downloads(trace), baselines])
+
+
+def _running_note(trace) -> str:
+    n = len(trace["records"])
+    return f'<div class="source-note">Generating… step {n - 1} · {len(emitted_ids(trace))} tokens</div>'
+
+
+def _error_outputs(msg: str) -> list:
+    return [gr.skip(), gr.skip(), error_note(msg)] + [gr.skip()] * 10
+
+
+@GPU
+def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
+               temperature, baselines, request: gr.Request = None):
+    """Compare tab: the same prompt under several methods; yields after each method."""
+    sess = _session(request)
+    _STOP[sess] = False
+    try:
+        prompt = check_prompt(prompt)
+        if not methods:
+            raise SpecError("pick at least one method to compare")
+        pipe = load_pipeline(model_key)
+        yield from _compare_runs(pipe, prompt, list(methods), model_key, baselines, sess,
+                                 (w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature))
+    except SpecError as e:
+        gr.Warning(str(e))
+        yield [error_note(str(e)), gr.skip(), gr.skip(), gr.skip()]
+    except Exception as e:
+        traceback.print_exc()
+        gr.Warning(f"internal error: {type(e).__name__}: {e}")
+        yield [error_note(f"internal error: {type(e).__name__}: {e}"), gr.skip(), gr.skip(), gr.skip()]
+
+
+def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):
+    ordered = sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else 99)
+    runs, baselines = {}, dict(baselines or {})
+    for i, method in enumerate(ordered):
+        cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
+        yield [_compare_status(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip(), gr.skip()]
+        runs[method] = run_to_end(pipe, prompt, cfg, lambda: _STOP.get(sess, False))
+        if method == "ar":
+            baselines[baseline_key(model_key, prompt, cfg)] = runs[method]
+        yield _compare_outputs(runs, baselines, model_key, prompt) + [baselines]
+
+
+def _compare_outputs(runs: dict, baselines: dict, model_key: str, prompt: str) -> list:
+    rows = []
+    for method, trace in runs.items():
+        key = baseline_key(model_key, prompt, SpecConfig.from_dict(trace["meta"]["cfg"]))
+        ar, lossless = comparison(trace, baselines, key)
+        rows.append({"method": method, "summary": trace["meta"]["summary"],
+                     "speedup": speedup(trace["meta"]["summary"], ar), "lossless": lossless})
+    fig = plots.compare_coverage_fig({m: t["records"] for m, t in runs.items()})
+    return [compare_table(rows), fig, compare_texts(runs)]
+
+
+def compare_texts(runs: dict) -> str:
+    cols = "".join(f'<div class="compare-col"><div class="compare-col-title">{esc(m)}</div>'
+                   f'{render_text(t, None, legend=False)}</div>' for m, t in runs.items())
+    return f'<div class="compare-grid">{cols}</div>'
+
+
+def _compare_status(msg: str) -> str:
+    return f'<div class="source-note">{esc(msg)}</div>'
+
+
+# ---------------------------------------------------------------- API endpoint
+
+def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) -> dict:
+    """Runs one prompt with default settings; returns the run summary (the CLI's JSON keys) plus model/method."""
+    try:
+        prompt = check_prompt(prompt)
+        pipe = load_pipeline(f"{DEFAULT_MODEL}|auto")
+        cfg = make_config(method, *_default_settings(), int(max_new_tokens), 0.0,
+                          vocab_size=getattr(pipe, "vocab_size", None))
+        trace = run_to_end(pipe, prompt, cfg)
+    except SpecError as e:
+        raise gr.Error(str(e)) from None
+    out = dict(trace["meta"]["summary"])
+    out.update({"method": method, "model": trace["meta"]["model"], "draft": trace["meta"]["draft"]})
+    return out
+
+
+def _default_settings() -> tuple:
+    c = SpecConfig()
+    return c.w_max, c.k_pre, c.k_ver, c.fr_size, c.rank, c.depth, c.top_k, c.tree_size
+
+
+# ---------------------------------------------------------------- layout
+
+def build_demo(hub: bool | None = None) -> gr.Blocks:
+    hub = hub_reachable() if hub is None else hub
+    example = initial_trace()
+    with gr.Blocks(title="SpecLens · speculative decoding, step by step") as demo:
+        gr.Markdown("# SpecLens\nWatch speculative decoding step by step: what the drafter proposed, what the "
+                    "target kept, which tokens NanoSpec's dynamic vocabulary covered, and where the time went.")
+        baselines = gr.State({})
+        trace_state = gr.State(example)
+        with gr.Tabs():
+            with gr.Tab("Run", id="run"):
+                ui = _run_tab(example, hub)
+            with gr.Tab("Compare", id="compare"):
+                cmp = _compare_tab()
+            with gr.Tab("Learn", id="learn"):
+                gr.HTML(learn_figure())
+                gr.Markdown(learn_markdown())
+        _wire(demo, ui, cmp, trace_state, baselines)
+    return demo
+
+
+def _run_tab(example: dict, hub: bool) -> dict:
+    ui, v = {}, render_panels(example, None)
+    examples = example_prompts()
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            ui["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=4, max_lines=12,
+                                      info="What the target model should answer (chat template applied).",
+                                      elem_id="prompt-box")
+            gr.Examples(examples=[[p] for _, p in examples], inputs=[ui["prompt"]],
+                        example_labels=[f"{c}: {p[:48]}…" if len(p) > 48 else f"{c}: {p}" for c, p in examples],
+                        label="Examples (conv · mt · summ · qa · math · rag · code)")
+            ui["model"] = gr.Dropdown(choices=model_choices(hub), value=model_choices(hub)[0][1],
+                                      label="Model ← draft",
+                                      info="Target model and its drafter (Hub pairs appear when the Hub is reachable).")
+            ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
+                                    info="ar plain · full full-vocab head · frspec static top-K · nanospec "
+                                         "dynamic I_t · slimspec low-rank head · nanoslim both")
+            ui.update(_settings_accordion())
+            with gr.Row():
+                ui["run"] = gr.Button("Run", variant="primary", elem_id="run-btn")
+                ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+        with gr.Column(scale=3, min_width=320):
+            ui["note"] = gr.HTML(source_note(example), elem_id="source-note")
+            ui["summary"] = gr.HTML(summary_for(example, {}), elem_id="summary")
+            ui["text"] = gr.HTML(v["text"], label="Text", elem_id="text-panel")
+    ui.update(_replay_row(example))
+    ui["stream"] = gr.HTML(v["stream"], elem_id="stream-panel")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            ui["tree"] = gr.HTML(v["tree"], elem_id="tree-panel")
+        with gr.Column(scale=1, min_width=300):
+            ui["coverage"] = gr.Plot(v["coverage"], label="Coverage", elem_id="coverage-plot", show_label=False)
+    with gr.Row(equal_height=False):
+        ui["active"] = gr.Plot(v["active"], label="|I_t|", elem_id="active-plot", show_label=False, min_width=280)
+        ui["accept"] = gr.Plot(v["accept"], label="Acceptance length", elem_id="accept-plot", show_label=False,
+                               min_width=280)
+        ui["timing"] = gr.Plot(v["timing"], label="Time split", elem_id="timing-plot", show_label=False,
+                               min_width=280)
+    ui["files"] = gr.File(label="Downloads: trace JSON and plots (HTML)", file_count="multiple",
+                          value=write_downloads(example), elem_id="downloads", interactive=False)
+    return ui
+
+
+def _settings_accordion() -> dict:
+    c, s = SpecConfig(), {}
+    with gr.Accordion("Settings", open=False):
+        with gr.Row():
+            s["w_max"] = gr.Slider(16, 16384, value=c.w_max, step=16, label="W_max",
+                                   info="NanoSpec window: I_t = unique ids of the last W_max stream entries.")
+            s["k_pre"] = gr.Slider(0, 16, value=c.k_pre, step=1, label="K_pre",
+                                   info="Top-K of each prefill position added to the stream.")
+            s["k_ver"] = gr.Slider(0, 16, value=c.k_ver, step=1, label="K_ver",
+                                   info="Top-K of each verify position added to the stream per step.")
+        with gr.Row():
+            s["fr_size"] = gr.Slider(256, 65536, value=c.fr_size, step=256, label="FR-Spec size K",
+                                     info="FR-Spec: the K most frequent tokens form the static vocabulary.")
+            s["rank"] = gr.Slider(0, 512, value=c.rank, step=8, label="SlimSpec rank",
+                                  info="Rank r of the low-rank head W_up·W_down (0 = d/8).")
+        with gr.Row():
+            s["depth"] = gr.Slider(1, 8, value=c.depth, step=1, label="Tree depth", info="Draft levels per step.")
+            s["top_k"] = gr.Slider(1, 8, value=c.top_k, step=1, label="Tree top-k",
+                                   info="Children expanded per node.")
+            s["tree_size"] = gr.Slider(1, 64, value=c.tree_size, step=1, label="Tree size",
+                                       info="Draft nodes kept for verification.")
+        with gr.Row():
+            s["max_new"] = gr.Slider(8, UI_MAX_NEW_TOKENS, value=64, step=8, label="Max new tokens",
+                                     info="Generation length cap (short runs are faster on CPU).")
+            s["temperature"] = gr.Slider(0, 2, value=0.0, step=0.05, label="Temperature",
+                                         info="0 = greedy (exactly lossless); > 0 samples.")
+    return s
+
+
+def _replay_row(example: dict) -> dict:
+    r, n = {}, last_index(example)
+    with gr.Row(elem_id="replay-row"):
+        r["step"] = gr.Slider(0, max(n, 1), value=n, step=1, label="Replay step", scale=4, min_width=220,
+                              info="Scrub every panel to any step (0 = prefill).", elem_id="replay-slider")
+        r["back"] = gr.Button("◀ step", size="sm", scale=0, min_width=70)
+        r["play"] = gr.Button("▶ play", size="sm", scale=0, min_width=70, elem_id="play-btn")
+        r["pause"] = gr.Button("❚❚ pause", size="sm", scale=0, min_width=70)
+        r["fwd"] = gr.Button("step ▶", size="sm", scale=0, min_width=70)
+        r["speed"] = gr.Dropdown(["0.5×", "1×", "2×", "4×"], value="1×", label="Speed", scale=0, min_width=90,
+                                 info="Playback speed.")
+    r["timer"] = gr.Timer(0.8, active=False)
+    return r
+
+
+def _panel_comps(ui: dict) -> list:
+    return [ui[k] for k in ("text", "stream", "tree", "coverage", "active", "accept", "timing")]
+
+
+def _compare_tab() -> dict:
+    c = {}
+    examples = example_prompts()
+    c["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=3,
+                             info="The same prompt runs once per method (settings from the Run tab).")
+    c["methods"] = gr.CheckboxGroup([m for m in METHODS], value=["ar", "frspec", "nanospec"], label="Methods",
+                                    info="ar gives the speedup baseline and the lossless check.")
+    with gr.Row():
+        c["run"] = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+        c["stop"] = gr.Button("Stop", variant="stop")
+    c["table"] = gr.HTML('<div class="source-note">Pick methods and press Compare.</div>', elem_id="compare-table")
+    c["plot"] = gr.Plot(label="Coverage by method", show_label=False)
+    c["texts"] = gr.HTML(elem_id="compare-texts")
+    return c
+
+
+def _wire(demo, ui, cmp, trace_state, baselines) -> None:
+    panels = _panel_comps(ui)
+    settings = [ui[k] for k in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size",
+                                "max_new", "temperature")]
+    run_out = [trace_state, ui["step"], ui["note"]] + panels + [ui["summary"], ui["files"], baselines]
+    run_ev = ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"]] + settings + [baselines], run_out,
+                             concurrency_id="model", concurrency_limit=1, api_visibility="private")
+    cmp_ev = cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings + [baselines],
+                              [cmp["table"], cmp["plot"], cmp["texts"], baselines],
+                              concurrency_id="model", concurrency_limit=1, api_visibility="private")
+    for btn in (ui["stop"], cmp["stop"]):
+        btn.click(request_stop, None, None, cancels=[run_ev, cmp_ev], api_visibility="private", queue=False)
+    _wire_replay(ui, trace_state, panels)
+    gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)
+
+
+def _wire_replay(ui, trace_state, panels) -> None:
+    private = {"api_visibility": "private"}
+    ui["step"].input(replay, [trace_state, ui["step"]], panels, trigger_mode="always_last", **private)
+    ui["back"].click(lambda t, s: replay_shift(t, s, -1), [trace_state, ui["step"]], [ui["step"]] + panels, **private)
+    ui["fwd"].click(lambda t, s: replay_shift(t, s, 1), [trace_state, ui["step"]], [ui["step"]] + panels, **private)
+    ui["play"].click(play, [trace_state, ui["step"]], [ui["timer"], ui["step"]], **private)
+    ui["pause"].click(lambda: gr.Timer(active=False), None, ui["timer"], **private)
+    ui["speed"].change(speed_to_interval, ui["speed"], ui["timer"], **private)
+    ui["timer"].tick(tick, [trace_state, ui["step"]], [ui["timer"], ui["step"]] + panels, **private)
+
+
+# ---------------------------------------------------------------- entry point
+
+def preload_default_model() -> None:
+    """Loads the default model in the background so the first Run does not wait for it."""
+    def work():
+        try:
+            load_pipeline(f"{DEFAULT_MODEL}|auto")
+        except SpecError as e:
+            print(f"[speclens] preload skipped: {e}", file=sys.stderr)
+    threading.Thread(target=work, daemon=True, name="speclens-preload").start()
+
+
+def launch(demo: gr.Blocks, port: int | None = None, host: str = "0.0.0.0", **kw):
+    port = port or int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
+    demo.queue(default_concurrency_limit=2, max_size=32)
+    return demo.launch(server_name=host, server_port=port, css=CSS, **kw)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="SpecLens web app")
+    ap.add_argument("--port", type=int, default=None)
+    ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
+    ap.add_argument("--no-preload", action="store_true", help="do not load the default model at startup")
+    ap.add_argument("--write-example-trace", action="store_true", help=f"regenerate {EXAMPLE_PATH.name} and exit")
+    ap.add_argument("--prompt", default=None, help="prompt for --write-example-trace")
+    ap.add_argument("--method", default="nanospec", choices=METHODS)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    args = ap.parse_args(argv)
+    if args.write_example_trace:
+        try:
+            write_example_trace(args.prompt, args.method, args.max_new_tokens)
+        except SpecError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.no_preload and os.environ.get("SPECLENS_PRELOAD", "1") != "0":
+        preload_default_model()
+    launch(build_demo(), port=args.port, host=args.host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Engine options: one dataclass shared by the CLI, the UI and the benchmarks."""
+from dataclasses import dataclass, asdict, fields
+
+from core.errors import SpecError
+
+METHODS = ("ar", "full", "frspec", "nanospec", "slimspec", "nanoslim")
+SHAPES = ("tree", "chain")
+WINDOWS = ("suffix", "fifo")
+BACKENDS = ("auto", "torch", "triton")
+RUNTIMES = ("auto", "eager", "fast")
+
+# server-side bounds (issue 7): generous for the CLI, the UI clamps further
+MAX_NEW_TOKENS = 4096
+MAX_TREE = 128
+MAX_W_MAX = 262144
+
+
+@dataclass
+class SpecConfig:
+    method: str = "nanospec"
+    shape: str = "tree"
+    window: str = "suffix"  # suffix: Unique(Suffix(S, W_max)); fifo: released code's FIFO of unique ids
+    w_max: int = 3072
+    k_pre: int = 3
+    k_ver: int = 3
+    fr_size: int = 8192
+    rank: int = 0  # 0 = d // 8
+    depth: int = 4
+    top_k: int = 2
+    tree_size: int = 10
+    gamma: int = 4
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    backend: str = "auto"
+    timing: bool = True
+
+    def validate(self, vocab_size: int | None = None, d: int | None = None) -> "SpecConfig":
+        _choice("method", self.method, METHODS)
+        _choice("shape", self.shape, SHAPES)
+        _choice("window", self.window, WINDOWS)
+        _choice("backend", self.backend, BACKENDS)
+        _bound("w_max", self.w_max, 1, MAX_W_MAX)
+        _bound("k_pre", self.k_pre, 0, 64)
+        _bound("k_ver", self.k_ver, 0, 64)
+        _bound("fr_size", self.fr_size, 1, MAX_W_MAX)
+        _bound("depth", self.depth, 1, 16)
+        _bound("top_k", self.top_k, 1, 16)
+        _bound("tree_size", self.tree_size, 1, MAX_TREE)
+        _bound("gamma", self.gamma, 1, 16)
+        _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        if not (0.0 <= self.temperature <= 10.0):
+            raise SpecError(f"temperature must be in [0, 10], got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise SpecError(f"top_p must be in (0, 1], got {self.top_p}")
+        if d is not None and not (0 <= self.rank <= d):
+            raise SpecError(f"rank must be in [1, {d}] (0 = d/8), got {self.rank}")
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SpecConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise SpecError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _bound(name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool) or not (lo <= value <= hi):
+        raise SpecError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")

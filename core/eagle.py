@@ -1,0 +1,324 @@
+"""EAGLE-style drafter: one decoder layer of the target's architecture over [feature; next-token embedding].
+
+EagleHead (EAGLE-1/2 layout): fc Linear(2d -> d, bias) over [f_j ; e(x_{j+1})] -> one LlamaDecoderLayer
+(rotary of the target) -> the target's final RMSNorm (frozen, `final_norm`) -> h, the input of a draft LM head
+(the target's W or any head of core/heads.py). The layer output itself (`state`) is the predicted target
+feature f^_{j+1}, fed back as the feature of the children when drafting deeper.
+
+Features are the target's last decoder layer output BEFORE the final norm (Runner.forward's 2nd output).
+Why `final_norm=True`: we regress the pre-norm feature and let the target's own norm map it to the LM-head
+input, exactly as the target does. EAGLE-1 instead uses post-norm features and no norm on the output; see
+assets/heads/*/training_card.md for the measured comparison.
+
+Position convention: the entry pairing (f_j, x_{j+1}) sits at position j+1 (the position of x_{j+1}); a tree
+node with token id t at target position p pairs (its parent's state, t) at position p. Rotary is relative, so
+this matches EAGLE's own (shifted-by-one) convention.
+
+Eagle3Head loads EAGLE-3 checkpoints (fc over 3 fused layers [3d -> d], `midlayer.*`, its own pruned
+`lm_head` [V', d] with `d2t`). NanoSpec needs a full-vocabulary head instead: its active set I_t ranges over
+the whole vocabulary (tokens enter from the prompt/verify stream at any id), so the draft must be able to
+score any token, which a head trained on a fixed pruned vocabulary V' cannot.
+"""
+import json
+import os
+from dataclasses import dataclass, asdict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from core.draft import DraftState
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding, LlamaRMSNorm, rotate_half
+
+
+@dataclass
+class EagleConfig:
+    target: str = ""
+    input_norm: bool = True      # official EAGLE-1 layer 0 has none (identity)
+    final_norm: bool = True      # apply the target's (frozen) final norm to the layer output
+    feature: str = "pre_norm"    # which target feature the head consumes: pre_norm | post_norm
+    depth_trained: int = 1
+
+
+def rope(x, cos, sin):
+    # x [B, H, T, hd], cos/sin [B, T, hd]
+    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
+
+
+def repeat_kv(x, n):
+    return x if n == 1 else x.repeat_interleave(n, dim=1)
+
+
+def float_mask(visible):
+    """bool [..., T, S] -> additive float mask (0 visible, -inf hidden)."""
+    return torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
+
+
+class EagleHead(nn.Module):
+    def __init__(self, llama_config, cfg: EagleConfig = None):
+        super().__init__()
+        self.cfg = cfg or EagleConfig()
+        self.lcfg = llama_config
+        d = llama_config.hidden_size
+        self.d = d
+        self.fc = nn.Linear(2 * d, d, bias=True)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(llama_config, 0)])
+        if not self.cfg.input_norm:
+            self.layers[0].input_layernorm = nn.Identity()
+        self.rotary = LlamaRotaryEmbedding(llama_config)
+        self._target = ()   # (embed_tokens, final norm): shared with the target, frozen, not in state_dict
+
+    def attach(self, target_model):
+        """Share the target's embedding and final norm (frozen)."""
+        base = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model.model
+        self._target = (base.embed_tokens, base.norm)
+        return self
+
+    @property
+    def embed(self):
+        return self._target[0]
+
+    @property
+    def norm(self):
+        return self._target[1]
+
+    def head_in(self, out):
+        """layer output [.., d] -> LM-head input h [.., d]."""
+        return self.norm(out) if self.cfg.final_norm else out
+
+    def forward(self, feat, ids, pos, mask=None, past=None):
+        """feat [B,T,d], ids [B,T], pos [B,T]; past: (k, v) [B,Hkv,S,hd] of earlier entries;
+        mask: additive float [B|1, 1, T, S+T] (None: all past visible, causal among new).
+        Returns (layer output [B,T,d], (k, v) of the new entries)."""
+        attn = self.layers[0].self_attn
+        x = self.fc(torch.cat([feat, self.embed(ids).to(feat.dtype)], -1))
+        B, T, _ = x.shape
+        hd = attn.head_dim
+        hn = self.layers[0].input_layernorm(x)
+        q = attn.q_proj(hn).view(B, T, -1, hd).transpose(1, 2)
+        k = attn.k_proj(hn).view(B, T, -1, hd).transpose(1, 2)
+        v = attn.v_proj(hn).view(B, T, -1, hd).transpose(1, 2)
+        cos, sin = self.rotary(x, pos)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if mask is None:
+            S = kk.shape[2] - T
+            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(x.dtype)[None, None]
+        rep = q.shape[1] // k.shape[1]
+        a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
+        x = x + attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        layer = self.layers[0]
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return x, (k, v)
+
+
+def init_from_target(head, target_model):
+    """Layer <- the target's last decoder layer; fc <- [I | 0] so the first pass starts from the feature."""
+    base = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model.model
+    sd = base.layers[-1].state_dict()
+    if not head.cfg.input_norm:
+        sd = {k: v for k, v in sd.items() if not k.startswith("input_layernorm")}
+    head.layers[0].load_state_dict(sd)
+    d = head.d
+    with torch.no_grad():
+        head.fc.weight.zero_()
+        head.fc.weight[:, :d].copy_(torch.eye(d))
+        head.fc.weight[:, d:].normal_(0, 0.02)
+        head.fc.bias.zero_()
+    return head
+
+
+# ---------------------------------------------------------------- save / load
+
+def save_head(head, out_dir, name="eagle.safetensors"):
+    from safetensors.torch import save_file
+    os.makedirs(out_dir, exist_ok=True)
+    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
+    save_file(sd, os.path.join(out_dir, name))
+    cfg = {"eagle": asdict(head.cfg), "llama": head.lcfg.to_dict()}
+    cfg["llama"].pop("quantization_config", None)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+
+
+def load_head(head_dir, target_model, dtype=torch.float32, name="eagle.safetensors"):
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+    with open(os.path.join(head_dir, "config.json")) as f:
+        cfg = json.load(f)
+    lcfg = LlamaConfig(**cfg["llama"])
+    head = EagleHead(lcfg, EagleConfig(**cfg["eagle"]))
+    sd = {k: v.to(dtype) for k, v in load_file(os.path.join(head_dir, name)).items()}
+    head.load_state_dict(sd, strict=False)
+    return head.to(dtype).attach(target_model).eval()
+
+
+def load_official_state_dict(head, sd):
+    """Load an official EAGLE-1/2 checkpoint (keys fc.*, layers.0.*; EAGLE-1 has no input_layernorm and may
+    carry embed_tokens.weight, which stays the target's). Returns the list of ignored keys."""
+    ours = head.state_dict()
+    mapped, ignored = {}, []
+    for k, v in sd.items():
+        k2 = k[len("model."):] if k.startswith("model.") else k
+        if k2 in ours and ours[k2].shape == v.shape:
+            mapped[k2] = v.to(ours[k2].dtype)
+        else:
+            ignored.append(k)
+    if "layers.0.input_layernorm.weight" not in mapped and head.cfg.input_norm:
+        head.cfg.input_norm = False
+        head.layers[0].input_layernorm = nn.Identity()
+    missing = [k for k in head.state_dict() if k not in mapped and not k.startswith("rotary")]
+    if missing:
+        raise KeyError(f"official EAGLE state dict lacks {missing}")
+    head.load_state_dict(mapped, strict=False)
+    return ignored
+
+
+# ---------------------------------------------------------------- EAGLE-3
+
+class Eagle3Head(nn.Module):
+    """EAGLE-3 draft: fc over 3 fused target layers [3d -> d]; `midlayer` attention over [norm(e); norm(g)]
+    (2d -> q/k/v); own final norm + pruned lm_head [V', d]; d2t maps draft ids to target ids (t = d + d2t[d])."""
+
+    def __init__(self, llama_config, draft_vocab):
+        super().__init__()
+        c, d = llama_config, llama_config.hidden_size
+        hd = getattr(c, "head_dim", None) or d // c.num_attention_heads
+        self.d, self.hd = d, hd
+        self.fc = nn.Linear(3 * d, d, bias=False)
+        self.midlayer = nn.Module()
+        m = self.midlayer
+        m.input_layernorm = LlamaRMSNorm(d, c.rms_norm_eps)
+        m.hidden_norm = LlamaRMSNorm(d, c.rms_norm_eps)
+        m.post_attention_layernorm = LlamaRMSNorm(d, c.rms_norm_eps)
+        m.self_attn = nn.Module()
+        m.self_attn.q_proj = nn.Linear(2 * d, c.num_attention_heads * hd, bias=False)
+        m.self_attn.k_proj = nn.Linear(2 * d, c.num_key_value_heads * hd, bias=False)
+        m.self_attn.v_proj = nn.Linear(2 * d, c.num_key_value_heads * hd, bias=False)
+        m.self_attn.o_proj = nn.Linear(c.num_attention_heads * hd, d, bias=False)
+        from transformers.models.llama.modeling_llama import LlamaMLP
+        m.mlp = LlamaMLP(c)
+        self.norm = LlamaRMSNorm(d, c.rms_norm_eps)
+        self.lm_head = nn.Linear(d, draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(c.vocab_size, dtype=torch.bool))
+        self.rotary = LlamaRotaryEmbedding(c)
+        self._target = ()
+
+    def attach(self, target_model):
+        base = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model.model
+        self._target = (base.embed_tokens,)
+        return self
+
+    def forward(self, feat, ids, pos, mask=None, past=None):
+        """feat: [B,T,3d] fused low/mid/high target features on the first step, or [B,T,d] (own output) deeper."""
+        m = self.midlayer
+        g = self.fc(feat) if feat.shape[-1] == 3 * self.d else feat
+        e = self._target[0](ids).to(g.dtype)
+        x = torch.cat([m.input_layernorm(e), m.hidden_norm(g)], -1)
+        B, T, _ = x.shape
+        q = m.self_attn.q_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
+        k = m.self_attn.k_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
+        v = m.self_attn.v_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
+        cos, sin = self.rotary(g, pos)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if mask is None:
+            S = kk.shape[2] - T
+            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(g.dtype)[None, None]
+        rep = q.shape[1] // k.shape[1]
+        a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
+        h = g + m.self_attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        h = h + m.mlp(m.post_attention_layernorm(h))
+        return h, (k, v)
+
+    def head_in(self, out):
+        return self.norm(out)
+
+    def draft_logits(self, h):
+        """[n, d] -> ([n, V'] logits, their target ids [V'])."""
+        return self.lm_head(h).float(), torch.arange(self.d2t.shape[0]) + self.d2t
+
+
+def load_eagle3_state_dict(llama_config, sd):
+    draft_vocab = sd["lm_head.weight"].shape[0]
+    head = Eagle3Head(llama_config, draft_vocab)
+    sd = {k: v for k, v in sd.items() if not k.startswith("embed_tokens")}
+    head.load_state_dict(sd, strict=False)
+    return head
+
+
+# ---------------------------------------------------------------- Drafter
+
+class EagleDrafter:
+    """Drafter interface of DESIGN.md over an EagleHead: own KV cache (committed + pending entries)."""
+
+    name = "eagle"
+
+    def __init__(self, head, head_weight):
+        self.head = head.eval()
+        self.head_weight = head_weight     # the target's LM head W [V, d]: the default draft LM head
+        self.d = head.d
+        self.dtype = head.fc.weight.dtype
+        self.reset()
+
+    def reset(self):
+        self.k = self.v = None          # committed [1, Hkv, C, hd]
+        self.pk = self.pv = None        # pending   [1, Hkv, P, hd]
+        self.next_pos = 1               # position of the next committed entry
+        self.last = None
+
+    @property
+    def n_committed(self):
+        return 0 if self.k is None else self.k.shape[2]
+
+    @property
+    def n_pending(self):
+        return 0 if self.pk is None else self.pk.shape[2]
+
+    @torch.no_grad()
+    def prefill(self, prompt_ids, first, feats):
+        """prompt_ids [n], first: the target's token after the prompt, feats [n, d]. Entries (f_j, x_{j+1})."""
+        self.reset()
+        nxt = torch.cat([prompt_ids.view(-1)[1:], torch.tensor([int(first)])])
+        return self.extend(nxt, feats)
+
+    @torch.no_grad()
+    def extend(self, next_ids, feats):
+        """Commit entries (feats[i], next_ids[i]); drops pending. Returns the DraftState of the last entry
+        (one row): it drafts the children of the newest token."""
+        self.rollback()
+        m = next_ids.numel()
+        pos = torch.arange(self.next_pos, self.next_pos + m)
+        past = None if self.k is None else (self.k, self.v)
+        out, (k, v) = self.head(feats.view(1, m, -1).to(self.dtype), next_ids.view(1, m), pos.view(1, m), past=past)
+        self.k = k if self.k is None else torch.cat([self.k, k], 2)
+        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        self.next_pos += m
+        self.last = DraftState(self.head.head_in(out[0, -1:]), out[0, -1:])
+        return self.last
+
+    @torch.no_grad()
+    def expand(self, parent, ids, pos, mask):
+        """parent: DraftState with one row per new node (its parent's row; a single row broadcasts);
+        ids, pos [k]; mask bool [k, n_pending + k] over pending + new entries. New entries become pending."""
+        k = ids.numel()
+        feat = parent.state if parent.state.shape[0] == k else parent.state.expand(k, -1)
+        vis = torch.cat([torch.ones(k, self.n_committed, dtype=torch.bool), mask.to(torch.bool)], 1)
+        past_k = self.k if self.pk is None else torch.cat([self.k, self.pk], 2)
+        past_v = self.v if self.pv is None else torch.cat([self.v, self.pv], 2)
+        am = float_mask(vis).to(self.dtype)[None, None]
+        out, (nk, nv) = self.head(feat.view(1, k, -1).to(self.dtype), ids.view(1, k), pos.view(1, k), am, (past_k, past_v))
+        self.pk = nk if self.pk is None else torch.cat([self.pk, nk], 2)
+        self.pv = nv if self.pv is None else torch.cat([self.pv, nv], 2)
+        return DraftState(self.head.head_in(out[0]), out[0])
+
+    def rollback(self):
+        self.pk = self.pv = None
+
+
+def load_eagle_drafter(target, head_dir):
+    """target: a Runner (or a causal LM); head_dir holds eagle.safetensors + config.json."""
+    model = getattr(target, "model", target)
+    W = model.get_output_embeddings().weight
+    head = load_head(str(head_dir), model, dtype=W.dtype).to(W.device)
+    return EagleDrafter(head, W)

@@ -1,0 +1,159 @@
+"""The decoding engine: a generator that yields one StepRecord per step.
+
+    prefill → [draft_tree → verify → accept → update stream → extend drafter]* (speculative)
+    prefill → [one target step]*                                           (method "ar")
+"""
+import time
+from contextlib import contextmanager
+
+import torch
+
+from core.trace import StepRecord, TIMERS
+from core.tree import accept_greedy, accept_sample, draft_tree, target_probs, verify_inputs
+
+
+class Timer:
+    """Accumulates wall time per section (ms); synchronises CUDA only when timing is on."""
+
+    def __init__(self, enabled=True, device=None):
+        self.enabled, self.cuda = enabled, device is not None and torch.device(device).type == "cuda"
+        self.ms = {k: 0.0 for k in TIMERS}
+
+    @contextmanager
+    def __call__(self, key):
+        if self.cuda and self.enabled:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        yield
+        if self.cuda and self.enabled:
+            torch.cuda.synchronize()
+        self.ms[key] += (time.perf_counter() - t0) * 1000
+
+    def take(self, total_ms) -> dict:
+        out, self.ms = self.ms, {k: 0.0 for k in TIMERS}
+        out["other"] = max(total_ms - sum(v for k, v in out.items() if k != "other"), 0.0)
+        return out
+
+
+@torch.no_grad()
+def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, decode=None,
+             should_stop=lambda: False):
+    """Yield StepRecords. target: Runner; drafter/head: None for method "ar"."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    timer = Timer(cfg.timing, target.device)
+    decode = decode or (lambda ids: "")
+    t0 = time.perf_counter()
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).view(-1)
+    with timer("verify"):
+        target.reset()
+        hidden, feats = target.forward(prompt, torch.arange(prompt.numel()), None)
+        target.commit(torch.arange(prompt.numel()))
+        logits = target.logits(hidden)  # [n, V]
+    root = _pick(logits[-1], cfg, gen)
+    rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
+    if head is not None:
+        with timer("gather"):
+            ev = head.on_prefill(prompt, logits)
+        _fill_stream(rec, ev, head)
+        with timer("draft_backbone"):
+            state = drafter.prefill(prompt, root, feats)
+    left = cfg.max_new_tokens
+    root_pos = prompt.numel()
+    _emit(rec, [root], [None], [True], fr_rank, decode, eos_ids, left)
+    rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
+    left -= len(rec.emitted)
+    yield rec
+    step = 0
+    while left > 0 and not rec.finished:
+        if should_stop():
+            rec.cut = "stopped"
+            break
+        step += 1
+        t0 = time.perf_counter()
+        if head is None:
+            rec, root = _ar_step(target, root, root_pos, cfg, gen, timer, step)
+            root_pos += 1
+        else:
+            rec, root, state, n_keep = _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, step)
+            root_pos += n_keep
+        _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, left)
+        rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
+        left -= len(rec.emitted)
+        yield rec
+
+
+def _ar_step(target, root, root_pos, cfg, gen, timer, step):
+    with timer("verify"):
+        hidden, _ = target.forward(torch.tensor([root]), torch.tensor([root_pos]), None)
+        target.commit(torch.tensor([0]))
+        logits = target.logits(hidden)
+    tok = _pick(logits[0], cfg, gen)
+    rec = StepRecord(step=step, kind="ar", emitted=[tok], emitted_draft_p=[None], emitted_in_vocab=[True],
+                     margin=_margins(logits))
+    return rec, tok
+
+
+def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, step):
+    tree = draft_tree(drafter, head, state, root_pos, cfg, gen, timer)
+    with timer("draft_backbone"):
+        drafter.rollback()
+    ids, pos, mask = verify_inputs(tree, root, root_pos)
+    with timer("verify"):
+        hidden, feats = target.forward(ids, pos, mask)
+        logits = target.logits(hidden)  # [1 + k, V]
+    if cfg.temperature == 0:
+        path, bonus = accept_greedy(tree, logits)
+    else:
+        path, bonus = accept_sample(tree, logits, cfg.temperature, cfg.top_p, gen)
+    keep = torch.tensor([0] + [i + 1 for i in path])
+    with timer("verify"):
+        target.commit(keep)
+    in_vocab = head.in_vocab(tree.tokens + [bonus])  # membership in the I_t the draft used at this step
+    with timer("gather"):
+        ev = head.on_verify(tree.tokens, logits)
+    emitted = [tree.tokens[i] for i in path] + [bonus]
+    with timer("draft_backbone"):
+        state = drafter.extend(torch.tensor(emitted), feats[keep])
+    rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
+                     emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
+                     emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], margin=_margins(logits[keep]))
+    rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
+                "head_calls": tree.head_calls}
+    _fill_stream(rec, ev, head)
+    return rec, bonus, state, len(keep)
+
+
+def _fill_stream(rec, ev, head):
+    if ev is not None:
+        rec.stream = ev.as_trace()
+    else:
+        rec.stream = {"entered": [], "left": [], "size_s": 0, "active": head.n_active()}
+
+
+def _margins(logits) -> list:
+    """Top-1 minus top-2 logit per row: near 0 means fp rounding may flip the greedy choice."""
+    top2 = logits.topk(2, dim=-1).values
+    return (top2[:, 0] - top2[:, 1]).tolist()
+
+
+def _pick(logits_row, cfg, gen) -> int:
+    if cfg.temperature == 0:
+        return int(logits_row.argmax())
+    return int(torch.multinomial(target_probs(logits_row, cfg.temperature, cfg.top_p), 1, generator=gen))
+
+
+def _emit(rec, tokens, draft_p, in_vocab, fr_rank, decode, eos_ids, left):
+    """Cut at EOS and at the token budget; fill the per-token fields."""
+    tokens = list(tokens)[:left]
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            tokens = tokens[: i + 1]
+            rec.finished = True
+            break
+    n = len(tokens)
+    rec.emitted = tokens
+    rec.emitted_draft_p = list(draft_p)[:n]
+    rec.emitted_in_vocab = list(in_vocab)[:n]
+    rec.emitted_fr_rank = [int(fr_rank[t]) for t in tokens] if fr_rank is not None else [-1] * n
+    rec.margin = list(rec.margin)[:n]
+    rec.text = decode(tokens)

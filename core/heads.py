@@ -1,0 +1,110 @@
+"""Draft LM heads: one class, three choices.
+
+    logits = proj(h) @ R[I]ᵀ
+    R     = W [V, d] (full rows)           or W_up [V, r] (SlimSpec rows, proj = h @ W_downᵀ)
+    I     = all of V | a static set (FR-Spec) | the NanoSpec stream's I_t
+
+full = (W, V), frspec = (W, static), nanospec = (W, I_t), slimspec = (W_up, V), nanoslim = (W_up, I_t).
+Restricted heads keep R[I] in a dense repack buffer; the stream's updates touch only the moved rows.
+"""
+import torch
+
+from core import kernels
+from core.errors import SpecError
+from core.stream import CandidateStream, StreamEvent
+
+
+class DraftHead:
+    def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch"):
+        self.name, self.rows, self.down, self.stream = name, rows, down, stream
+        self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
+        self.vocab_size = rows.shape[0]
+        self.static_ids = static_ids
+        self.buf = None
+        if static_ids is not None:
+            self.buf = rows.index_select(0, static_ids.to(rows.device)).contiguous()
+        elif stream is not None:
+            self.buf = torch.empty(stream.W, rows.shape[1], dtype=rows.dtype, device=rows.device)
+        self._in_vocab = None
+
+    def active_ids(self):
+        """I (full-vocabulary ids in buffer order), or None for the whole vocabulary."""
+        if self.stream is not None:
+            return self.stream.active_ids()
+        return self.static_ids
+
+    def n_active(self) -> int:
+        ids = self.active_ids()
+        return self.vocab_size if ids is None else ids.numel()
+
+    def in_vocab(self, token_ids) -> list:
+        ids = self.active_ids()
+        if ids is None:
+            return [True] * len(token_ids)
+        if self.stream is not None:
+            return [bool(self.stream.slot_of[t] >= 0) for t in token_ids]
+        if self._in_vocab is None:
+            self._in_vocab = set(ids.tolist())
+        return [int(t) in self._in_vocab for t in token_ids]
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [n, d] -> fp32 logits [n, |I|] over active_ids() order."""
+        rows = self.rows if self.buf is None else self.buf[: self.n_active()]
+        if self.down is not None:
+            return kernels.lowrank_logits(h, self.down, rows, None, self.backend)  # ([n,d]@[d,r])@[r,|I|]
+        if kernels.use_triton(self.backend, h.device):
+            return kernels.gathered_gemm(h, rows, torch.arange(rows.shape[0], device=h.device), self.backend)
+        return (h @ rows.T).float()  # [n, d] @ [d, |I|]
+
+    def on_prefill(self, prompt_ids, prefill_logits) -> StreamEvent | None:
+        """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
+        if self.stream is None:
+            return None
+        top = _topk_ids(prefill_logits, self.k_pre)
+        return self._apply(self.stream.append([(prompt_ids, "prompt"), (top, "prefill")]))
+
+    def on_verify(self, tree_ids, verify_logits) -> StreamEvent | None:
+        """S ← S ⊕ C_draft (unique draft-tree ids) ⊕ C_ver (top-K_ver of the verify logits)."""
+        if self.stream is None:
+            return None
+        c_draft = torch.unique(torch.as_tensor(tree_ids, dtype=torch.long)) if len(tree_ids) else _empty()
+        c_ver = _topk_ids(verify_logits, self.k_ver)
+        return self._apply(self.stream.append([(c_draft, "draft"), (c_ver, "verify")]))
+
+    def _apply(self, ev: StreamEvent) -> StreamEvent:
+        slots, ids = ev.moves
+        kernels.repack_rows(self.buf, self.rows, slots, ids, self.backend)
+        return ev
+
+
+def _topk_ids(logits, k) -> torch.Tensor:
+    if k == 0 or logits.numel() == 0:
+        return _empty()
+    return logits.topk(k, dim=-1).indices.reshape(-1).cpu()
+
+
+def _empty():
+    return torch.zeros(0, dtype=torch.long)
+
+
+def svd_factors(W: torch.Tensor, rank: int):
+    """Truncated SVD: W [V, d] ≈ W_up [V, r] · W_down [r, d] (training-free SlimSpec init)."""
+    U, S, Vh = torch.linalg.svd(W.float(), full_matrices=False)
+    root = S[:rank].sqrt()
+    return (U[:, :rank] * root).to(W.dtype).contiguous(), (root[:, None] * Vh[:rank]).to(W.dtype).contiguous()
+
+
+def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> DraftHead:
+    """method in full|frspec|nanospec|slimspec|nanoslim; W = the draft's full LM head [V, d];
+    slim = (W_up, W_down) trained factors, else SVD of W at cfg.rank (0 = d/8)."""
+    V, d = W.shape
+    if method in ("slimspec", "nanoslim"):
+        up, down = slim if slim is not None else svd_factors(W, cfg.rank or max(d // 8, 1))
+        rows = up
+    else:
+        rows, down = W, None
+    if method == "frspec" and fr_ids is None:
+        raise SpecError("frspec needs a frequency table (python -m core freq)")
+    stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
+    static = fr_ids if method == "frspec" else None
+    return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend)

@@ -1,0 +1,83 @@
+"""Triton kernels for the draft LM heads; every file holds kernel + wrapper + torch reference.
+
+    repack_rows     buf[slots] = W[ids]                      (NanoSpec repack buffer)
+    gathered_gemm   h @ W[idx].T                             (NanoSpec head over I_t)
+    head_epilogue   log-softmax + top-k + remap through I_t
+    window_update   per-token counts of Suffix(S, W_max)     (I_t membership)
+    lowrank_logits  (h @ W_down.T) @ W_up[idx].T             (SlimSpec / NanoSlim)
+
+Every public function takes `backend` in auto|triton|torch (see `use_triton`).
+
+Kernels are plain functions jitted on their first Triton call (`jit`), never at import:
+`triton.jit` chooses compiler or interpreter from TRITON_INTERPRET when it decorates, so
+importing core.kernels before TRITON_INTERPRET=1 is set cannot freeze the wrong mode.
+"""
+import os
+
+import torch
+
+from core.errors import SpecError
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+def interpreting() -> bool:
+    """TRITON_INTERPRET is on (Triton runs kernels on the CPU with numpy, slowly but exactly)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+def triton_installed() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_triton(backend: str, device) -> bool:
+    """auto: Triton on CUDA, torch elsewhere. triton: Triton, on CPU tensors only under TRITON_INTERPRET=1."""
+    if backend not in BACKENDS:
+        raise SpecError(f"kernel backend must be one of {'|'.join(BACKENDS)}, got {backend!r}")
+    device = torch.device(device)
+    if backend == "torch":
+        return False
+    if backend == "auto":
+        return device.type == "cuda" and triton_installed()
+    if not triton_installed():
+        raise SpecError("backend 'triton' needs the triton package (pip install triton)")
+    if device.type != "cuda" and not interpreting():
+        raise SpecError(f"backend 'triton' on {device.type} tensors needs TRITON_INTERPRET=1 in the "
+                        "environment before the first kernel runs; use backend 'torch' or 'auto' instead")
+    return True
+
+
+_JITTED = {}
+
+
+def jit(fn, gpu_configs: list, interpreter_config: dict, key: list, **autotune_kw):
+    """fn as an autotuned Triton kernel, built once per (fn, config set, mode: compiled | interpreted).
+
+    Configs are dicts of constexpr block sizes plus num_warps / num_stages. The interpreter gets
+    its single config (autotune then never benchmarks; blocks sized for few Python programs).
+    """
+    import triton
+    mode = (fn, id(gpu_configs), interpreting())
+    if mode not in _JITTED:
+        def config(c):
+            meta = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
+            return triton.Config(meta, num_warps=c.get("num_warps", 4), num_stages=c.get("num_stages", 2))
+        chosen = [interpreter_config] if interpreting() else gpu_configs
+        _JITTED[mode] = triton.autotune([config(c) for c in chosen], key=key, **autotune_kw)(triton.jit(fn))
+    return _JITTED[mode]
+
+
+# the files below import use_triton / jit from this package, so they come last
+from core.kernels.repack import repack_rows, repack_rows_torch  # noqa: E402
+from core.kernels.gathered_gemm import gathered_gemm, gathered_gemm_torch  # noqa: E402
+from core.kernels.epilogue import head_epilogue, head_epilogue_torch  # noqa: E402
+from core.kernels.window import window_update, window_update_torch  # noqa: E402
+from core.kernels.lowrank import lowrank_logits, lowrank_logits_torch  # noqa: E402
+
+__all__ = ["use_triton", "interpreting", "repack_rows", "gathered_gemm", "head_epilogue", "window_update",
+           "lowrank_logits", "repack_rows_torch", "gathered_gemm_torch", "head_epilogue_torch",
+           "window_update_torch", "lowrank_logits_torch"]

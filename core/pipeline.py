@@ -1,0 +1,131 @@
+"""Pipeline: a loaded target + drafter + tables, shared per process; `run` streams StepRecords.
+
+The app, the CLI and the benchmarks all go through here, so they see the same engine and trace.
+"""
+import threading
+from pathlib import Path
+
+import torch
+
+from core.config import SpecConfig
+from core.draft import ModelDrafter
+from core.engine import generate
+from core.errors import SpecError
+from core.heads import build_head, svd_factors
+from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+_LOADED = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def make_runner(model, tokenizer, runtime="auto"):
+    """The fast runtime where it covers the model (core/runtime.py), else the eager reference."""
+    from core.runner import EagerRunner
+    if runtime == "eager":
+        return EagerRunner(model, tokenizer)
+    try:
+        from core.runtime import make_runner as make_fast
+    except ImportError as e:
+        if runtime == "fast":
+            raise SpecError(f"the fast runtime is unavailable: {e}")
+        r = EagerRunner(model, tokenizer)
+        r.fallback_reason = "fast runtime not installed"
+        return r
+    return make_fast(model, tokenizer, runtime)
+
+
+def head_dir(model_id) -> Path:
+    return ASSETS / "heads" / model_alias(model_id)
+
+
+class Pipeline:
+    def __init__(self, model_id, draft, runtime, device=None, dtype=None):
+        self.model_id = model_id
+        self.model, self.tokenizer = load_model(model_id, device=device, dtype=dtype)
+        self.target = make_runner(self.model, self.tokenizer, runtime)
+        self.runtime_name = getattr(self.target, "runtime_name", "eager")
+        self.vocab_size = self.target.vocab_size
+        self.drafter, self.draft_name = self._make_drafter(draft, runtime)
+        self.fr_rank = self._load_ranks()
+        self._slim = {}
+        self.lock = threading.Lock()
+
+    @classmethod
+    def load(cls, model_id=DEFAULT_MODEL, draft="auto", runtime="auto", device=None, dtype=None) -> "Pipeline":
+        key = (model_id, draft, runtime, str(device), str(dtype))
+        with _LOAD_LOCK:
+            if key not in _LOADED:
+                _LOADED[key] = cls(model_id, draft, runtime, device, dtype)
+            return _LOADED[key]
+
+    def _make_drafter(self, draft, runtime):
+        if draft == "auto":
+            draft = "eagle" if (head_dir(self.model_id) / "eagle.safetensors").exists() else "self"
+        if draft == "self":
+            return ModelDrafter(make_runner(self.model, self.tokenizer, runtime), "self"), "self"
+        if draft == "eagle":
+            from core.eagle import load_eagle_drafter
+            return load_eagle_drafter(self.target, head_dir(self.model_id)), "eagle"
+        model, tok = load_model(draft, device=self.target.device, dtype=self.target.head_weight.dtype)
+        check_same_tokenizer(self.tokenizer, tok)
+        return ModelDrafter(make_runner(model, tok, runtime), draft), draft
+
+    def _load_ranks(self):
+        from core.freq import load_ranks
+        try:
+            return load_ranks(model_alias(self.model_id), self.vocab_size)
+        except (SpecError, FileNotFoundError):
+            return None
+
+    def slim_factors(self, rank: int):
+        """Trained SlimSpec factors shipped with the head when they match, else truncated SVD."""
+        W = self.drafter.head_weight
+        rank = rank or max(W.shape[1] // 8, 1)
+        if rank not in self._slim:
+            self._slim[rank] = self._trained_slim(rank) or svd_factors(W, rank)
+        return self._slim[rank]
+
+    def _trained_slim(self, rank):
+        path = head_dir(self.model_id) / f"slim_r{rank}.safetensors"
+        if self.draft_name != "eagle" or not path.exists():
+            return None
+        from safetensors.torch import load_file
+        sd = load_file(str(path))
+        W = self.drafter.head_weight
+        return sd["W_up"].to(W.device, W.dtype), sd["W_down"].to(W.device, W.dtype)
+
+    def prompt_ids(self, prompt: str, chat=True) -> list:
+        if not prompt or not prompt.strip():
+            raise SpecError("the prompt is empty")
+        return chat_prompt_ids(self.tokenizer, prompt) if chat else self.tokenizer.encode(prompt)
+
+    def build_head(self, cfg: SpecConfig):
+        if cfg.method == "ar":
+            return None
+        fr_ids = None
+        if cfg.method == "frspec":
+            if self.fr_rank is None:
+                raise SpecError(f"no frequency table for {self.model_id}: build one with python -m core freq")
+            from core.freq import frspec_ids, special_ids
+            fr_ids = frspec_ids(self.fr_rank, cfg.fr_size, special_ids(self.tokenizer))
+        slim = self.slim_factors(cfg.rank) if cfg.method in ("slimspec", "nanoslim") else None
+        return build_head(cfg.method, self.drafter.head_weight, cfg, fr_ids, slim, cfg.backend)
+
+    def eos_ids(self) -> set:
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos])
+        return {i for i in ids if i is not None}
+
+    def decode_tokens(self, ids) -> list:
+        return [self.tokenizer.decode([int(i)]) for i in ids]
+
+    def run(self, prompt: str, cfg: SpecConfig, chat=True, should_stop=lambda: False, prompt_ids=None):
+        """Stream StepRecords for one generation (one run at a time per pipeline: runners hold caches)."""
+        cfg.validate(self.vocab_size, self.drafter.d)
+        ids = prompt_ids if prompt_ids is not None else self.prompt_ids(prompt, chat)
+        head = self.build_head(cfg)
+        with self.lock:
+            yield from generate(self.target, self.drafter, head, ids, cfg, self.eos_ids(), self.fr_rank,
+                                self.tokenizer.decode, should_stop)

@@ -1,0 +1,77 @@
+"""EagerRunner: a transformers causal LM with a KV cache split into committed and pending entries.
+
+The reference execution path (the fast runtime in core/runtime.py implements the same interface).
+Pending entries are speculative (draft tree nodes, verify positions); `commit(keep)` keeps the
+accepted ones in place and drops the rest.
+"""
+import torch
+from transformers import DynamicCache
+
+NEG_INF = float("-inf")
+
+
+class EagerRunner:
+    runtime_name = "eager"
+    fallback_reason = ""
+
+    def __init__(self, model, tokenizer=None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        self.head_weight = model.get_output_embeddings().weight
+        self.vocab_size, self.d = self.head_weight.shape
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.device = self.head_weight.device
+        self._features = None
+        self.base.norm.register_forward_pre_hook(self._grab_features)
+        self.reset()
+
+    def _grab_features(self, module, args):
+        self._features = args[0]
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+        self.n_committed = 0
+        self.n_pending = 0
+
+    @torch.no_grad()
+    def forward(self, ids, pos, mask=None):
+        """ids, pos: [n]; mask: bool [n, n_pending + n] over pending+new entries (None = causal).
+
+        Returns (hidden after the final norm [n, d], features before the norm [n, d])."""
+        n = ids.shape[0]
+        attn = self._float_mask(n, mask)
+        out = self.base(input_ids=ids.view(1, n).to(self.device), position_ids=pos.view(1, n).to(self.device),
+                        attention_mask=attn, cache=self.cache, use_cache=True)
+        self.n_pending += n
+        return out.last_hidden_state[0], self._features[0]
+
+    def _float_mask(self, n, mask):
+        """[1, 1, n, committed + pending + n] additive mask: 0 = visible, -inf = hidden."""
+        if mask is None:
+            mask = torch.ones(n, self.n_pending + n, dtype=torch.bool).tril(self.n_pending)
+        full = torch.ones(n, self.n_committed + self.n_pending + n, dtype=torch.bool)
+        full[:, self.n_committed:] = mask
+        dtype = self.head_weight.dtype
+        out = torch.zeros(full.shape, dtype=dtype).masked_fill_(~full, torch.finfo(dtype).min)
+        return out.view(1, 1, *full.shape).to(self.device)
+
+    def logits(self, hidden):
+        """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any)."""
+        z = (hidden @ self.head_weight.T).float()
+        if self.softcap:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return z
+
+    def commit(self, keep) -> None:
+        """Keep pending entries `keep` (indices into the pending region, in order); drop the rest."""
+        keep = torch.as_tensor(keep, dtype=torch.long).view(-1)
+        idx = torch.cat([torch.arange(self.n_committed), self.n_committed + keep]).to(self.device)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+                continue
+            layer.keys = layer.keys.index_select(2, idx)
+            layer.values = layer.values.index_select(2, idx)
+        self.n_committed += keep.numel()
+        self.n_pending = 0

@@ -1,0 +1,387 @@
+"""python -m core train-eagle: train an EAGLE head for a target model on CPU.
+
+Data: target features by teacher forcing on corpus prompt+response (default), or, with --self-distill N,
+on the target's own greedy generations of N corpus prompts (batched, KV-cached; the features come free from
+the generation passes). Both are cached on disk as fp16 shards in DIR/cache (resumable).
+Loss per draft depth s (EAGLE-3 training-time test: depth s >= 2 feeds the head its own predicted feature):
+  feat_w * SmoothL1(f^/sigma, f/sigma)   (one global scale sigma: scale-robust, keeps f^ on f's scale)
+  + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data)
+Checkpoints DIR/ckpt.pt every --ckpt-min minutes; rerunning the same command resumes.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, asdict
+
+import torch
+import torch.nn.functional as F
+
+from core.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
+
+LOCAL_SMOLLM2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "smollm2")
+
+
+@dataclass
+class TrainConfig:
+    target: str = "smollm2-135m-instruct"
+    data: str = ""
+    out: str = ""
+    steps: int = 2000
+    batch: int = 8
+    seq_len: int = 256
+    lr: float = 3e-4
+    seed: int = 0
+    self_distill: int = 0         # N prompts -> greedy generations (0 = teacher forcing on responses)
+    max_new: int = 192
+    max_prompt: int = 384
+    gen_batch: int = 32
+    shard_size: int = 64
+    n_eval: int = 32              # held-out prompts (first of the shuffled list) for the acceptance check
+    depth: int = 2                # training-time test depth
+    feat_w: float = 1.0
+    tok_w: float = 1.0
+    vocab_subset: int = 12288     # token loss over the most frequent ids (0 = full vocabulary)
+    final_norm: bool = True
+    threads: int = 1
+    ckpt_min: float = 5.0
+    eval_prompts: int = 16
+    max_tokens: int = 0           # stop data generation at this many cached tokens (0 = no limit)
+
+
+def log(out, msg):
+    line = f"{time.strftime('%H:%M:%S')} {msg}"
+    print(line, flush=True)
+    with open(os.path.join(out, "progress.log"), "a") as f:
+        f.write(line + "\n")
+
+
+# ---------------------------------------------------------------- target + prompts
+
+def load_target(target_id):
+    try:
+        from core.models import load_model
+        return load_model(target_id)
+    except Exception:  # core.models not there yet (or its cache not built): our local conversion
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        model = AutoModelForCausalLM.from_pretrained(LOCAL_SMOLLM2, dtype=torch.float32).eval()
+        return model, AutoTokenizer.from_pretrained(LOCAL_SMOLLM2)
+
+
+def read_pairs(files):
+    """[(prompt, response)] from JSONL files with prompt/response (or gsm8k question/answer)."""
+    pairs = []
+    for f in files:
+        with open(f) as fh:
+            for line in fh:
+                r = json.loads(line)
+                p, a = r.get("prompt", r.get("question")), r.get("response", r.get("answer"))
+                if p:
+                    pairs.append((p, a or ""))
+    return pairs
+
+
+def split_pairs(cfg):
+    pairs = read_pairs(sorted(sum([glob.glob(p) for p in cfg.data.split(",")], [])))
+    random.Random(cfg.seed).shuffle(pairs)
+    return pairs[:cfg.n_eval], pairs[cfg.n_eval:]
+
+
+def chat_ids(tok, prompt, response=None):
+    msgs = [{"role": "user", "content": prompt}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    if response is not None:
+        ids += tok(response, add_special_tokens=False)["input_ids"]
+    return ids
+
+
+# ---------------------------------------------------------------- feature cache
+
+class FeatureHook:
+    """Grabs the input of the target's final norm = last decoder layer output before the norm."""
+
+    def __init__(self, model):
+        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        self.chunks = []
+        self.h = base.norm.register_forward_pre_hook(lambda m, a: self.chunks.append(a[0].detach()))
+
+    def take(self):
+        out, self.chunks = self.chunks, []
+        return out
+
+
+@torch.no_grad()
+def generate_batch(model, tok, prompts, cfg, hook):
+    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])]."""
+    seqs = [chat_ids(tok, p)[-cfg.max_prompt:] for p in prompts]
+    P = max(len(s) for s in seqs)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (P - len(s)) + s for s in seqs])
+    att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs])
+    hook.take()
+    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=cfg.max_new, do_sample=False,
+                         pad_token_id=pad, eos_token_id=tok.eos_token_id)
+    feats = torch.cat(hook.take(), 1)  # [B, P + G - 1, d]
+    res = []
+    for b, s in enumerate(seqs):
+        gen = out[b, P:].tolist()
+        g = len(gen)
+        if tok.eos_token_id in gen:
+            g = gen.index(tok.eos_token_id) + 1
+        L = min(len(s) + g, feats.shape[1] - (P - len(s)))
+        full = (s + gen[:g])[:L]
+        res.append((torch.tensor(full, dtype=torch.int32), feats[b, P - len(s):P - len(s) + L].to(torch.float16)))
+    return res
+
+
+@torch.no_grad()
+def teacher_force_batch(model, tok, pairs, cfg, hook):
+    seqs = [chat_ids(tok, p, a)[:cfg.max_prompt + cfg.max_new] for p, a in pairs]
+    T = max(len(s) for s in seqs)
+    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])
+    att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs])
+    hook.take()
+    model.model(input_ids=ids, attention_mask=att)
+    feats = hook.take()[0]
+    return [(torch.tensor(s, dtype=torch.int32), feats[b, :len(s)].to(torch.float16)) for b, s in enumerate(seqs)]
+
+
+def build_cache(model, tok, cfg, pairs):
+    """Fill DIR/cache/shard_*.pt (resumable: existing shards are kept)."""
+    cdir = os.path.join(cfg.out, "cache")
+    os.makedirs(cdir, exist_ok=True)
+    n = cfg.self_distill if cfg.self_distill else len(pairs)
+    pairs = pairs[:n]
+    hook = FeatureHook(model)
+    n_shards = math.ceil(len(pairs) / cfg.shard_size)
+    have = cached_tokens(cfg.out)
+    t0, made = time.time(), 0
+    for i in range(n_shards):
+        path = os.path.join(cdir, f"shard_{i:05d}.pt")
+        if os.path.exists(path):
+            continue
+        if cfg.max_tokens and have >= cfg.max_tokens:
+            break
+        chunk = pairs[i * cfg.shard_size:(i + 1) * cfg.shard_size]
+        chunk = sorted(chunk, key=lambda pa: len(pa[0]))  # similar lengths share a batch: less padding
+        rows = []
+        for j in range(0, len(chunk), cfg.gen_batch):
+            part = chunk[j:j + cfg.gen_batch]
+            if cfg.self_distill:
+                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook)
+            else:
+                rows += teacher_force_batch(model, tok, part, cfg, hook)
+        torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        ntok = sum(len(r[0]) for r in rows)
+        have += ntok
+        made += ntok
+        log(cfg.out, f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
+    hook.h.remove()
+
+
+def cached_tokens(out):
+    n = 0
+    for p in glob.glob(os.path.join(out, "cache", "shard_*.pt")):
+        n += sum(len(x) for x in torch.load(p)["ids"])
+    return n
+
+
+def load_cache(out):
+    ids, feats = [], []
+    for p in sorted(glob.glob(os.path.join(out, "cache", "shard_*.pt"))):
+        s = torch.load(p)
+        ids += s["ids"]
+        feats += s["feats"]
+    return ids, feats
+
+
+# ---------------------------------------------------------------- training
+
+def feature_scale(feats, n=200):
+    """One global scale sigma = RMS of the cached features (per-dimension scaling hurt)."""
+    x = torch.cat([f.float() for f in feats[:n]])
+    return float(x.pow(2).mean().sqrt())
+
+
+def token_subset(ids, V, k):
+    """The k most frequent ids of the cached data (k = 0: whole vocabulary)."""
+    if not k or k >= V:
+        return torch.arange(V)
+    counts = torch.bincount(torch.cat([i.long() for i in ids]), minlength=V)
+    return counts.topk(k).indices.sort().values
+
+
+def sample_batch(ids, feats, cfg, rng):
+    """B random windows of <= seq_len tokens, padded at the end. -> X [B,T], Fe [B,T,d], valid [B,T]."""
+    rows = [rng.randrange(len(ids)) for _ in range(cfg.batch)]
+    wins = []
+    for r in rows:
+        L = len(ids[r])
+        s = rng.randrange(max(1, L - cfg.seq_len + 1))
+        wins.append((ids[r][s:s + cfg.seq_len].long(), feats[r][s:s + cfg.seq_len].float()))
+    T = max(len(w[0]) for w in wins)
+    X = torch.zeros(len(wins), T, dtype=torch.long)
+    Fe = torch.zeros(len(wins), T, feats[0].shape[-1])
+    valid = torch.zeros(len(wins), T, dtype=torch.bool)
+    for b, (x, f) in enumerate(wins):
+        X[b, :len(x)], Fe[b, :len(x)], valid[b, :len(x)] = x, f, True
+    return X, Fe, valid
+
+
+def ttt_mask(L, s):
+    """Step-s queries [L] over keys [step1 L | step2 L | ... | step s L]: causal on step 1, diagonal deeper."""
+    vis = [torch.ones(L, L, dtype=torch.bool).tril()] + [torch.eye(L, dtype=torch.bool)] * (s - 1)
+    return float_mask(torch.cat(vis, 1))[None, None]
+
+
+def shift(x, s, fill=0):
+    """x[:, s:] padded at the end back to length x.shape[1] - 1 + 1 - s... -> [B, L] with L = T - 1."""
+    L = x.shape[1] - 1
+    out = x[:, s:s + L]
+    if out.shape[1] < L:
+        pad = torch.full((x.shape[0], L - out.shape[1], *x.shape[2:]), fill, dtype=x.dtype)
+        out = torch.cat([out, pad], 1)
+    return out
+
+
+def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
+    """EAGLE loss with training-time test over cfg.depth steps. Returns (loss, stats)."""
+    B, T = X.shape
+    L = T - 1
+    pos = torch.arange(1, L + 1).expand(B, L)
+    feat, keys, vals = Fe[:, :L], [], []
+    loss, stats = 0.0, {}
+    for s in range(1, cfg.depth + 1):
+        ids, tgt = shift(X, s), shift(Fe, s)
+        ok = shift(valid, s, False)
+        mask = None if s == 1 else ttt_mask(L, s)
+        past = None if s == 1 else (torch.cat(keys, 2), torch.cat(vals, 2))
+        out, (k, v) = head(feat, ids, pos + (s - 1), mask, past)
+        keys.append(k), vals.append(v)
+        m = ok.float()
+        n = m.sum().clamp(min=1)
+        lf = (F.smooth_l1_loss(out / sigma, tgt / sigma, reduction="none").mean(-1) * m).sum() / n
+        logq = F.log_softmax(head.head_in(out) @ W_S.T, -1)
+        with torch.no_grad():
+            p = F.softmax(head.norm(tgt) @ W_S.T, -1)
+        lt = (-(p * logq).sum(-1) * m).sum() / n
+        w = 0.8 ** (s - 1)
+        loss = loss + w * (cfg.feat_w * lf + cfg.tok_w * lt)
+        with torch.no_grad():
+            acc = ((logq.argmax(-1) == p.argmax(-1)).float() * m).sum() / n
+        stats[f"f{s}"], stats[f"t{s}"], stats[f"a{s}"] = lf.item(), lt.item(), acc.item()
+        feat = out
+    return loss, stats
+
+
+def lr_at(step, cfg):
+    warm = min(100, cfg.steps // 10 + 1)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    x = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, x))))
+
+
+def save_ckpt(path, head, opt, step, rng, extra):
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step,
+                "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), **extra}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def new_head(model, cfg):
+    ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth)
+    return init_from_target(EagleHead(model.config, ecfg), model).attach(model)
+
+
+def train(model, tok, cfg, eval_pairs):
+    ids, feats = load_cache(cfg.out)
+    ntok = sum(len(i) for i in ids)
+    head = new_head(model, cfg)
+    W = model.get_output_embeddings().weight.detach()
+    sub = token_subset(ids, W.shape[0], cfg.vocab_subset)
+    W_S = W[sub].contiguous()
+    sigma = feature_scale(feats)
+    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng = random.Random(cfg.seed)
+    ck = os.path.join(cfg.out, "ckpt.pt")
+    step, hist = 0, []
+    if os.path.exists(ck):
+        c = torch.load(ck, weights_only=False)
+        head.load_state_dict(c["head"]), opt.load_state_dict(c["opt"])
+        step, hist = c["step"], c.get("hist", [])
+        rng.setstate(c["rng"]), torch.set_rng_state(c["torch_rng"])
+        log(cfg.out, f"resumed at step {step}")
+    log(cfg.out, f"train: {len(ids)} seqs, {ntok} tokens, subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
+    from tqdm import tqdm
+    bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
+    t_ck, t0, seen, run = time.time(), time.time(), 0, {}
+    while step < cfg.steps:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        X, Fe, valid = sample_batch(ids, feats, cfg, rng)
+        loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        step += 1
+        seen += int(valid.sum())
+        for k, v in st.items():
+            run[k] = 0.95 * run.get(k, v) + 0.05 * v
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", a1=f"{run['a1']:.3f}")
+        if step % 25 == 0 or step == cfg.steps:
+            msg = " ".join(f"{k}={v:.3f}" for k, v in sorted(run.items()))
+            log(cfg.out, f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg):.2e} {seen / (time.time() - t0):.0f} tok/s")
+            hist.append({"step": step, **run})
+        if time.time() - t_ck > cfg.ckpt_min * 60 or step == cfg.steps:
+            save_ckpt(ck, head, opt, step, rng, {"hist": hist})
+            t_ck = time.time()
+    bar.close()
+    save_head(head, cfg.out)
+    card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step}
+    acc = evaluate(model, tok, head, eval_pairs[:cfg.eval_prompts], cfg)
+    write_card(cfg, card, acc)
+    log(cfg.out, f"done: {json.dumps(acc)}")
+    return 0
+
+
+# ---------------------------------------------------------------- CLI
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m core train-eagle")
+    for k, v in asdict(TrainConfig()).items():
+        name = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            ap.add_argument(name, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
+        else:
+            ap.add_argument(name, type=type(v), default=v)
+    ap.add_argument("--cache-only", action="store_true")
+    a = vars(ap.parse_args(argv))
+    cache_only = a.pop("cache_only")
+    return TrainConfig(**a), cache_only
+
+
+def main(argv=None):
+    cfg, cache_only = parse(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    os.makedirs(cfg.out, exist_ok=True)
+    model, tok = load_target(cfg.target)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    ev, tr = split_pairs(cfg)
+    build_cache(model, tok, cfg, tr)
+    if cache_only:
+        return 0
+    return train(model, tok, cfg, ev)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Draft trees (EAGLE-2-style dynamic tree; a chain is a tree with top_k = 1) and their verification.
+
+Greedy verification emits exactly the target's greedy tokens. Sampling uses recursive rejection
+sampling over children drawn *without replacement* from the draft's pruned distribution q (zero
+outside I_t), which keeps the target distribution for chains and trees alike.
+"""
+from dataclasses import dataclass, field
+
+import torch
+
+from core.draft import DraftState
+
+
+@dataclass
+class Tree:
+    tokens: list = field(default_factory=list)
+    parents: list = field(default_factory=list)  # -1 = child of the root (the last committed token)
+    logp: list = field(default_factory=list)  # log q(token | parent)
+    depth: list = field(default_factory=list)  # 1-based
+    score: list = field(default_factory=list)  # cumulative log q, made sibling-monotone when sampling
+    q: dict = field(default_factory=dict)  # parent node -> (ids_map, q over I) used to sample its children
+    head_calls: int = 0
+
+    def add(self, token, parent, logp, score) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.logp.append(float(logp))
+        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
+        self.score.append(float(score))
+        return len(self.tokens) - 1
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def children(self, node) -> list:
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+
+def tree_shape(cfg):
+    """(depth, children per node, total nodes) for cfg.shape."""
+    if cfg.shape == "chain":
+        return cfg.gamma, 1, cfg.gamma
+    return cfg.depth, cfg.top_k, cfg.tree_size
+
+
+def pick_children(logits_row, k, temperature, gen):
+    """Top-k (greedy) or k draws without replacement (Gumbel-top-k) from q = softmax(logits / T)."""
+    k = min(k, logits_row.numel())
+    logq = torch.log_softmax(logits_row / (temperature or 1.0), dim=-1)
+    if temperature == 0:
+        top = logq.topk(k)
+        return top.indices, top.values, logq
+    u = torch.rand(logq.shape, generator=gen).clamp_(1e-20, 1.0)
+    order = (logq - torch.log(-torch.log(u))).topk(k).indices  # sampling order
+    return order, logq[order], logq
+
+
+def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) -> Tree:
+    depth, k, size = tree_shape(cfg)
+    t = Tree()
+    frontier, states, pend = [-1], root, {}
+    for level in range(depth):
+        with timer("lm_head"):
+            logits = head.logits(states.head_in)  # [f, |I|]
+        ids_map = head.active_ids()
+        t.head_calls += 1
+        new = _add_level(t, frontier, logits, ids_map, k, cfg.temperature, gen)
+        if level == depth - 1 or not new:
+            break
+        nxt = sorted(new, key=lambda i: -t.score[i])[:k]
+        parent_rows = torch.tensor([frontier.index(t.parents[i]) for i in nxt])
+        parent = DraftState(states.head_in[parent_rows], None if states.state is None else states.state[parent_rows])
+        mask = _expand_mask(t, nxt, pend)
+        for j, i in enumerate(nxt):
+            pend[i] = len(pend)
+        ids = torch.tensor([t.tokens[i] for i in nxt])
+        pos = torch.tensor([root_pos + t.depth[i] for i in nxt])
+        with timer("draft_backbone"):
+            states = drafter.expand(parent, ids, pos, mask)
+        frontier = nxt
+    return _prune(t, size)
+
+
+def _add_level(t, frontier, logits, ids_map, k, temperature, gen) -> list:
+    new = []
+    for row, par in enumerate(frontier):
+        kids, lps, logq = pick_children(logits[row], k, temperature, gen)
+        if temperature > 0:
+            t.q[par] = (ids_map, logq.exp())
+        base = 0.0 if par < 0 else t.score[par]
+        prev = base
+        for c, lp in zip(kids.tolist(), lps.tolist()):
+            tok = c if ids_map is None else int(ids_map[c])
+            score = base + lp if temperature == 0 else min(prev, base + lp)  # later siblings never outrank
+            prev = score
+            new.append(t.add(tok, par, lp, score))
+    return new
+
+
+def _expand_mask(t, nxt, pend) -> torch.Tensor:
+    """[f, n_pending + f]: each frontier node sees its expanded ancestors and itself."""
+    m = torch.zeros(len(nxt), len(pend) + len(nxt), dtype=torch.bool)
+    for j, i in enumerate(nxt):
+        m[j, len(pend) + j] = True
+        a = t.parents[i]
+        while a >= 0:
+            m[j, pend[a]] = True
+            a = t.parents[a]
+    return m
+
+
+def _prune(t: Tree, size: int) -> Tree:
+    """Keep the `size` best nodes by score; ancestors (and earlier siblings) always rank higher."""
+    keep = sorted(sorted(range(len(t)), key=lambda i: (-t.score[i], i))[:size])
+    remap = {old: new for new, old in enumerate(keep)}
+    out = Tree(head_calls=t.head_calls)
+    for i in keep:
+        out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i])
+    out.q = {(-1 if p < 0 else remap[p]): v for p, v in t.q.items() if p < 0 or p in remap}
+    return out
+
+
+def verify_inputs(t: Tree, root_token: int, root_pos: int):
+    """Target inputs for [root] + nodes: ids [1+k], positions [1+k], tree mask [1+k, 1+k]."""
+    n = len(t) + 1
+    ids = torch.tensor([root_token] + t.tokens)
+    pos = torch.tensor([root_pos] + [root_pos + d for d in t.depth])
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[:, 0] = True
+    for i, p in enumerate(t.parents):
+        mask[i + 1] = mask[p + 1] if p >= 0 else mask[0]
+        mask[i + 1, i + 1] = True
+    return ids, pos, mask
+
+
+def accept_greedy(t: Tree, logits) -> tuple:
+    """Follow the target's argmax through the tree: (accepted node indices, bonus token)."""
+    path, node = [], -1
+    kids = _children_by_token(t)
+    while True:
+        tok = int(logits[node + 1].argmax())
+        nxt = kids.get((node, tok))
+        if nxt is None:
+            return path, tok
+        path.append(nxt)
+        node = nxt
+
+
+def _children_by_token(t: Tree) -> dict:
+    return {(p, tok): i for i, (p, tok) in enumerate(zip(t.parents, t.tokens))}
+
+
+def target_probs(logits_row, temperature, top_p) -> torch.Tensor:
+    """p = top-p(softmax(logits / T)) over the full vocabulary, fp32."""
+    p = torch.softmax(logits_row.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sp, si = p.sort(descending=True)
+        drop = sp.cumsum(0) - sp >= top_p  # keep the smallest prefix with mass ≥ top_p
+        p = p.scatter(0, si[drop], 0.0)
+        p = p / p.sum()
+    return p
+
+
+def accept_sample(t: Tree, logits, temperature, top_p, gen) -> tuple:
+    """Recursive rejection sampling, children drawn without replacement from q."""
+    path, node = [], -1
+    while True:
+        p = target_probs(logits[node + 1], temperature, top_p)
+        kids = t.children(node)
+        nxt = _try_children(t, node, kids, p, gen) if kids else None
+        if nxt is None:
+            return path, int(torch.multinomial(p, 1, generator=gen))
+        path.append(nxt)
+        node = nxt
+
+
+def _try_children(t, node, kids, p, gen):
+    """Accept child x with prob min(1, p(x)/q(x)); else p ← norm(max(p − q, 0)), q ← q without x.
+    Leaves the residual in p (in place) when every child is rejected."""
+    ids_map, q_act = t.q[node]
+    q = torch.zeros_like(p)
+    q[ids_map if ids_map is not None else slice(None)] = q_act.float()
+    for c in kids:
+        x = t.tokens[c]
+        if q[x] > 0 and float(torch.rand(1, generator=gen)) * float(q[x]) < float(p[x]):
+            return c
+        r = (p - q).clamp_(min=0)
+        if r.sum() > 0:
+            p.copy_(r / r.sum())
+        q[x] = 0
+        if q.sum() <= 0:
+            break
+        q /= q.sum()
+    return None
