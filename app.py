@@ -1,5 +1,6 @@
 """SpecLens web app: watch speculative decoding step by step (python app.py; Hugging Face Spaces entry point)."""
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -34,7 +35,7 @@ except Exception:  # not on a Space (or not ZeroGPU): a no-op decorator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 UI_MAX_NEW_TOKENS = 512
-PLOT_EVERY_S = 0.4  # while streaming, refresh the Plotly panels at most this often
+PLOT_EVERY_S = 0.3  # while streaming, refresh the Plotly panels at most this often
 OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
                  ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self")]
 HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
@@ -55,6 +56,7 @@ FALLBACK_EXAMPLES = [
 
 _LOAD_LOCK = threading.Lock()
 _STOP = {}  # session hash -> stop requested
+LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds
 
 
 # ---------------------------------------------------------------- engine access
@@ -120,12 +122,25 @@ def example_prompts() -> list:
 
 
 def _normalize_examples(got) -> list:
+    """Accepts Prompt objects (.category, .text), dicts, (category, text) pairs or {category: text(s)}."""
     if isinstance(got, dict):
         items = [(k, v) for k, vs in got.items() for v in (vs if isinstance(vs, (list, tuple)) else [vs])]
     else:
-        items = [(e.get("category", ""), e.get("prompt", e.get("text", ""))) if isinstance(e, dict) else tuple(e)
-                 for e in got]
+        items = [_example_pair(e) for e in got]
     return [(str(c), str(p)) for c, p in items if str(p).strip()]
+
+
+def _example_label(category: str, prompt: str, width: int = 48) -> str:
+    flat = " ".join(prompt.split())
+    return f"{category}: {flat[:width]}…" if len(flat) > width else f"{category}: {flat}"
+
+
+def _example_pair(e) -> tuple:
+    if hasattr(e, "category") and hasattr(e, "text"):
+        return e.category, e.text
+    if isinstance(e, dict):
+        return e.get("category", ""), e.get("text", e.get("prompt", ""))
+    return tuple(e)
 
 
 # ---------------------------------------------------------------- config and runs
@@ -156,23 +171,38 @@ def trace_meta(pipe, prompt: str, cfg: SpecConfig) -> dict:
 
 
 def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
-    """Runs the pipeline and yields (trace, record dict) with display strings for every id the record shows."""
+    """Runs the pipeline and yields (trace, record dict) with display strings for every id the record shows.
+
+    meta["gen_s"] counts only time inside the engine (not the consumer's rendering between steps)."""
     trace = new_trace(trace_meta(pipe, prompt, cfg))
-    t0 = time.perf_counter()
-    for rec in pipe.run(prompt, cfg, chat=True, should_stop=should_stop):
-        d = rec.to_dict()
-        ids = missing_ids(trace, d)
-        if ids:
-            add_vocab(trace, ids, pipe.decode_tokens(ids))
-        trace["records"].append(d)
-        trace["meta"]["wall_s"] = time.perf_counter() - t0
-        yield trace, d
+    steps, gen_s = pipe.run(prompt, cfg, chat=True, should_stop=should_stop), 0.0
+    try:
+        while True:
+            t0 = time.perf_counter()
+            rec = next(steps, None)
+            if rec is None:
+                break
+            d = rec.to_dict()
+            ids = missing_ids(trace, d)
+            if ids:
+                add_vocab(trace, ids, pipe.decode_tokens(ids))
+            gen_s += time.perf_counter() - t0
+            trace["records"].append(d)
+            trace["meta"]["gen_s"] = gen_s
+            yield trace, d
+    finally:
+        steps.close()  # a cancelled run releases the pipeline at once
 
 
 def finish_trace(trace: dict) -> dict:
     recs = [StepRecord.from_dict(r) for r in trace["records"]]
-    trace["meta"]["summary"] = summarize(recs, wall_s=trace["meta"].get("wall_s"))
+    trace["meta"]["summary"] = summarize(recs, wall_s=trace["meta"].get("gen_s"))
     return trace["meta"]["summary"]
+
+
+def live_summary(trace: dict) -> dict:
+    """The run summary so far (while streaming)."""
+    return summarize([StepRecord.from_dict(r) for r in trace["records"]], wall_s=trace["meta"].get("gen_s"))
 
 
 def run_to_end(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False) -> dict:
@@ -311,17 +341,18 @@ def request_stop(request: gr.Request = None):
 
 
 @GPU
-def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-           temperature, baselines, request: gr.Request = None):
-    """Run tab: streams every panel once per step; outputs = RUN_OUTPUTS."""
+def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size,
+           max_new, temperature, baselines, request: gr.Request = None):
+    """Run tab: streams every panel once per step (outputs: see _wire's run_out)."""
     sess = _session(request)
     _STOP[sess] = False
     try:
         prompt = check_prompt(prompt)
+        yield [gr.skip(), gr.skip(), status_note("Starting (the first run also loads the model)…")] + [gr.skip()] * 10
         pipe = load_pipeline(model_key)
         cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
                           temperature, vocab_size=getattr(pipe, "vocab_size", None))
-        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False))
+        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False), with_ar)
     except SpecError as e:
         gr.Warning(str(e))
         yield _error_outputs(str(e))
@@ -331,18 +362,44 @@ def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth,
         yield _error_outputs(f"internal error: {type(e).__name__}: {e}")
 
 
-def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop):
-    last_plot, trace = 0.0, None
+def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=False):
+    last_plot, trace, render_s = 0.0, None, 0.0
     for trace, rec in iter_trace(pipe, prompt, cfg, should_stop):
-        now = time.perf_counter()
-        with_plots = now - last_plot >= PLOT_EVERY_S
-        last_plot = now if with_plots else last_plot
+        t0 = time.perf_counter()
+        with_plots = t0 - last_plot >= PLOT_EVERY_S
+        last_plot = t0 if with_plots else last_plot
         n = last_index(trace)
-        yield ([trace, gr.Slider(maximum=max(n, 1), value=n), _running_note(trace)]
-               + panel_values(trace, None, with_plots) + [gr.skip(), gr.skip(), gr.skip()])
+        live = summary_cards(live_summary(trace), cfg.method) if with_plots else gr.skip()
+        out = ([trace, gr.Slider(maximum=max(n, 1), value=n), _running_note(trace)]
+               + panel_values(trace, None, with_plots) + [live, gr.skip(), gr.skip()])
+        render_s += time.perf_counter() - t0
+        yield out
     if trace is None:
         raise SpecError("the engine produced no steps")
-    yield _final_outputs(trace, model_key, baselines)
+    if with_ar and cfg.method != "ar" and not should_stop():
+        note = status_note("Running plain decoding for the speedup and lossless check…")
+        yield [gr.skip(), gr.skip(), note] + [gr.skip()] * 10
+        baselines = _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop)
+    t0 = time.perf_counter()
+    final = _final_outputs(trace, model_key, baselines)
+    LAST_RUN_STATS.update(gen_s=trace["meta"]["gen_s"], render_s=render_s + time.perf_counter() - t0,
+                          steps=len(trace["records"]), method=cfg.method)
+    yield final
+
+
+def _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop) -> dict:
+    key = baseline_key(model_key, prompt, cfg)
+    if key in (baselines or {}):
+        return baselines
+    ar = run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop)
+    return remember_baseline(baselines, key, ar)
+
+
+def remember_baseline(baselines: dict, key: str, ar_trace: dict, keep: int = 4) -> dict:
+    """This session's AR runs, newest last, at most `keep` of them."""
+    out = {k: v for k, v in (baselines or {}).items() if k != key}
+    out[key] = ar_trace
+    return dict(list(out.items())[-keep:])
 
 
 def _final_outputs(trace, model_key, baselines) -> list:
@@ -350,9 +407,8 @@ def _final_outputs(trace, model_key, baselines) -> list:
     cfg = SpecConfig.from_dict(trace["meta"]["cfg"])
     key = baseline_key(model_key, trace["meta"]["prompt"], cfg)
     trace["meta"]["baseline_key"] = key
-    baselines = dict(baselines or {})
     if trace["meta"]["method"] == "ar":
-        baselines[key] = trace
+        baselines = remember_baseline(baselines, key, trace)
     n = last_index(trace)
     return ([trace, gr.Slider(maximum=max(n, 1), value=n), source_note(trace, live=True)]
             + panel_values(trace, None) + [summary_for(trace, baselines), write_downloads(trace), baselines])
@@ -391,23 +447,30 @@ def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, d
 
 def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):
     ordered = sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else 99)
-    runs, baselines = {}, dict(baselines or {})
+    runs, errors, baselines = {}, {}, dict(baselines or {})
     for i, method in enumerate(ordered):
-        cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
-        yield [_compare_status(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip(), gr.skip()]
-        runs[method] = run_to_end(pipe, prompt, cfg, lambda: _STOP.get(sess, False))
+        yield [status_note(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip(), gr.skip()]
+        try:  # one method failing (e.g. no FR-Spec table) does not stop the others
+            cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
+            runs[method] = run_to_end(pipe, prompt, cfg, lambda: _STOP.get(sess, False))
+        except SpecError as e:
+            errors[method] = str(e)
+            continue
         if method == "ar":
-            baselines[baseline_key(model_key, prompt, cfg)] = runs[method]
-        yield _compare_outputs(runs, baselines, model_key, prompt) + [baselines]
+            baselines = remember_baseline(baselines, baseline_key(model_key, prompt, cfg), runs[method])
+        yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]
+    if errors:
+        yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]
 
 
-def _compare_outputs(runs: dict, baselines: dict, model_key: str, prompt: str) -> list:
+def _compare_outputs(runs: dict, errors: dict, baselines: dict, model_key: str, prompt: str) -> list:
     rows = []
     for method, trace in runs.items():
         key = baseline_key(model_key, prompt, SpecConfig.from_dict(trace["meta"]["cfg"]))
         ar, lossless = comparison(trace, baselines, key)
         rows.append({"method": method, "summary": trace["meta"]["summary"],
                      "speedup": speedup(trace["meta"]["summary"], ar), "lossless": lossless})
+    rows += [{"method": m, "error": msg} for m, msg in errors.items()]
     fig = plots.compare_coverage_fig({m: t["records"] for m, t in runs.items()})
     return [compare_table(rows), fig, compare_texts(runs)]
 
@@ -418,12 +481,13 @@ def compare_texts(runs: dict) -> str:
     return f'<div class="compare-grid">{cols}</div>'
 
 
-def _compare_status(msg: str) -> str:
+def status_note(msg: str) -> str:
     return f'<div class="source-note">{esc(msg)}</div>'
 
 
 # ---------------------------------------------------------------- API endpoint
 
+@GPU
 def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) -> dict:
     """Runs one prompt with default settings; returns the run summary (the CLI's JSON keys) plus model/method."""
     try:
@@ -475,7 +539,7 @@ def _run_tab(example: dict, hub: bool) -> dict:
                                       info="What the target model should answer (chat template applied).",
                                       elem_id="prompt-box")
             gr.Examples(examples=[[p] for _, p in examples], inputs=[ui["prompt"]],
-                        example_labels=[f"{c}: {p[:48]}…" if len(p) > 48 else f"{c}: {p}" for c, p in examples],
+                        example_labels=[_example_label(c, p) for c, p in examples],
                         label="Examples (conv · mt · summ · qa · math · rag · code)")
             ui["model"] = gr.Dropdown(choices=model_choices(hub), value=model_choices(hub)[0][1],
                                       label="Model ← draft",
@@ -483,6 +547,8 @@ def _run_tab(example: dict, hub: bool) -> dict:
             ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
                                     info="ar plain · full full-vocab head · frspec static top-K · nanospec "
                                          "dynamic I_t · slimspec low-rank head · nanoslim both")
+            ui["with_ar"] = gr.Checkbox(False, label="Also run plain decoding (AR) afterwards",
+                                        info="Gives the speedup vs AR and checks the text is identical (lossless).")
             ui.update(_settings_accordion())
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-btn")
@@ -540,15 +606,16 @@ def _settings_accordion() -> dict:
 
 def _replay_row(example: dict) -> dict:
     r, n = {}, last_index(example)
-    with gr.Row(elem_id="replay-row"):
-        r["step"] = gr.Slider(0, max(n, 1), value=n, step=1, label="Replay step", scale=4, min_width=220,
-                              info="Scrub every panel to any step (0 = prefill).", elem_id="replay-slider")
-        r["back"] = gr.Button("◀ step", size="sm", scale=0, min_width=70)
-        r["play"] = gr.Button("▶ play", size="sm", scale=0, min_width=70, elem_id="play-btn")
-        r["pause"] = gr.Button("❚❚ pause", size="sm", scale=0, min_width=70)
-        r["fwd"] = gr.Button("step ▶", size="sm", scale=0, min_width=70)
-        r["speed"] = gr.Dropdown(["0.5×", "1×", "2×", "4×"], value="1×", label="Speed", scale=0, min_width=90,
-                                 info="Playback speed.")
+    with gr.Column(elem_id="replay"):
+        r["step"] = gr.Slider(0, max(n, 1), value=n, step=1, label="Replay step", elem_id="replay-slider",
+                              info="Scrub every panel to any step (0 = prefill); or play the run back.")
+        with gr.Row(elem_id="replay-buttons"):
+            r["back"] = gr.Button("◀ step", size="sm", min_width=60)
+            r["play"] = gr.Button("▶ play", size="sm", min_width=60, elem_id="play-btn")
+            r["pause"] = gr.Button("❚❚ pause", size="sm", min_width=60)
+            r["fwd"] = gr.Button("step ▶", size="sm", min_width=60)
+            r["speed"] = gr.Radio(["0.5×", "1×", "2×", "4×"], value="1×", show_label=False, container=False,
+                                  elem_id="speed-radio", min_width=60)
     r["timer"] = gr.Timer(0.8, active=False)
     return r
 
@@ -578,7 +645,8 @@ def _wire(demo, ui, cmp, trace_state, baselines) -> None:
     settings = [ui[k] for k in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size",
                                 "max_new", "temperature")]
     run_out = [trace_state, ui["step"], ui["note"]] + panels + [ui["summary"], ui["files"], baselines]
-    run_ev = ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"]] + settings + [baselines], run_out,
+    run_ev = ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"], ui["with_ar"]] + settings + [baselines],
+                             run_out,
                              concurrency_id="model", concurrency_limit=1, api_visibility="private")
     cmp_ev = cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings + [baselines],
                               [cmp["table"], cmp["plot"], cmp["texts"], baselines],

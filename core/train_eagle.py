@@ -45,12 +45,16 @@ class TrainConfig:
     depth: int = 2                # training-time test depth
     feat_w: float = 1.0
     tok_w: float = 1.0
-    vocab_subset: int = 12288     # token loss over the most frequent ids (0 = full vocabulary)
+    vocab_subset: int = 8192      # token loss over the most frequent ids + random negatives (0 = full vocabulary)
+    negatives: int = 1024         # of vocab_subset: fresh random other ids each step, so the rest of W stays low
     final_norm: bool = True
     threads: int = 1
     ckpt_min: float = 5.0
-    eval_prompts: int = 16
+    eval_prompts: int = 14
+    minutes: float = 0.0          # wall-clock training budget: stop (and anneal the lr) by time, not steps
     max_tokens: int = 0           # stop data generation at this many cached tokens (0 = no limit)
+    cache_dtype: str = "bfloat16" # target dtype while building the cache (AMX bf16 is ~2x fp32 on this CPU)
+    amp: bool = True              # bf16 autocast for the training matmuls (fp32 master weights)
 
 
 def log(out, msg):
@@ -217,6 +221,16 @@ def token_subset(ids, V, k):
     return counts.topk(k).indices.sort().values
 
 
+def with_negatives(sub, V, n, gen):
+    """sub + n random ids outside it (redrawn every step)."""
+    if n <= 0 or len(sub) >= V:
+        return sub
+    out = torch.ones(V, dtype=torch.bool)
+    out[sub] = False
+    others = out.nonzero().view(-1)
+    return torch.cat([sub, others[torch.randperm(len(others), generator=gen)[:n]]])
+
+
 def sample_batch(ids, feats, cfg, rng):
     """B random windows of <= seq_len tokens, padded at the end. -> X [B,T], Fe [B,T,d], valid [B,T]."""
     rows = [rng.randrange(len(ids)) for _ in range(cfg.batch)]
@@ -254,6 +268,7 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     """EAGLE loss with training-time test over cfg.depth steps. Returns (loss, stats)."""
     B, T = X.shape
     L = T - 1
+    Fe = head.target_in(Fe)
     pos = torch.arange(1, L + 1).expand(B, L)
     feat, keys, vals = Fe[:, :L], [], []
     loss, stats = 0.0, {}
@@ -269,7 +284,7 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
         lf = (F.smooth_l1_loss(out / sigma, tgt / sigma, reduction="none").mean(-1) * m).sum() / n
         logq = F.log_softmax(head.head_in(out) @ W_S.T, -1)
         with torch.no_grad():
-            p = F.softmax(head.norm(tgt) @ W_S.T, -1)
+            p = F.softmax(head.head_in(tgt) @ W_S.T, -1)
         lt = (-(p * logq).sum(-1) * m).sum() / n
         w = 0.8 ** (s - 1)
         loss = loss + w * (cfg.feat_w * lf + cfg.tok_w * lt)
@@ -280,11 +295,12 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     return loss, stats
 
 
-def lr_at(step, cfg):
-    warm = min(100, cfg.steps // 10 + 1)
+def lr_at(step, cfg, frac=0.0):
+    """Linear warmup, cosine to 10%; progress = max(step fraction, time fraction `frac`)."""
+    warm = min(50, cfg.steps // 10 + 1)
     if step < warm:
         return cfg.lr * (step + 1) / warm
-    x = (step - warm) / max(1, cfg.steps - warm)
+    x = max((step - warm) / max(1, cfg.steps - warm), frac)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, x))))
 
 
@@ -295,7 +311,8 @@ def save_ckpt(path, head, opt, step, rng, extra):
 
 
 def new_head(model, cfg):
-    ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth)
+    ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth,
+                       feature="pre_norm" if cfg.final_norm else "post_norm")
     return init_from_target(EagleHead(model.config, ecfg), model).attach(model)
 
 
@@ -304,28 +321,33 @@ def train(model, tok, cfg, eval_pairs):
     ntok = sum(len(i) for i in ids)
     head = new_head(model, cfg)
     W = model.get_output_embeddings().weight.detach()
-    sub = token_subset(ids, W.shape[0], cfg.vocab_subset)
-    W_S = W[sub].contiguous()
-    sigma = feature_scale(feats)
+    sub = token_subset(ids, W.shape[0], cfg.vocab_subset - cfg.negatives if cfg.vocab_subset else 0)
+    with torch.no_grad():
+        sigma = feature_scale([head.target_in(f.float()) for f in feats[:200]])
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = random.Random(cfg.seed)
+    neg_gen = torch.Generator().manual_seed(cfg.seed)
     ck = os.path.join(cfg.out, "ckpt.pt")
-    step, hist = 0, []
+    step, hist, spent = 0, [], 0.0
     if os.path.exists(ck):
         c = torch.load(ck, weights_only=False)
         head.load_state_dict(c["head"]), opt.load_state_dict(c["opt"])
-        step, hist = c["step"], c.get("hist", [])
+        step, hist, spent = c["step"], c.get("hist", []), c.get("spent", 0.0)
         rng.setstate(c["rng"]), torch.set_rng_state(c["torch_rng"])
+        neg_gen.set_state(c["neg"])
         log(cfg.out, f"resumed at step {step}")
     log(cfg.out, f"train: {len(ids)} seqs, {ntok} tokens, subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
     from tqdm import tqdm
     bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
     t_ck, t0, seen, run = time.time(), time.time(), 0, {}
-    while step < cfg.steps:
+    frac = lambda: (spent + time.time() - t0) / (cfg.minutes * 60) if cfg.minutes else 0.0
+    while step < cfg.steps and frac() < 1.0:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
+            g["lr"] = lr_at(step, cfg, frac())
         X, Fe, valid = sample_batch(ids, feats, cfg, rng)
-        loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
+        W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp):
+            loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -338,18 +360,160 @@ def train(model, tok, cfg, eval_pairs):
         bar.set_postfix(loss=f"{loss.item():.3f}", a1=f"{run['a1']:.3f}")
         if step % 25 == 0 or step == cfg.steps:
             msg = " ".join(f"{k}={v:.3f}" for k, v in sorted(run.items()))
-            log(cfg.out, f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg):.2e} {seen / (time.time() - t0):.0f} tok/s")
+            log(cfg.out, f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg, frac()):.2e} "
+                         f"{seen / (time.time() - t0):.0f} tok/s, {(spent + time.time() - t0) / 60:.1f} min")
             hist.append({"step": step, **run})
         if time.time() - t_ck > cfg.ckpt_min * 60 or step == cfg.steps:
-            save_ckpt(ck, head, opt, step, rng, {"hist": hist})
+            save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state()})
             t_ck = time.time()
     bar.close()
+    save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state()})
     save_head(head, cfg.out)
-    card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step}
-    acc = evaluate(model, tok, head, eval_pairs[:cfg.eval_prompts], cfg)
+    card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
+            "minutes": (spent + time.time() - t0) / 60}
+    prompts, card["eval_src"] = eval_prompts(cfg, eval_pairs)
+    acc = evaluate(model, tok, head, prompts, cfg)
     write_card(cfg, card, acc)
     log(cfg.out, f"done: {json.dumps(acc)}")
     return 0
+
+
+# ---------------------------------------------------------------- acceptance (greedy, full-vocabulary head)
+
+def draft_greedy_tree(drafter, W, root_state, root_pos, depth, top_k, size):
+    """EAGLE-2-style dynamic tree: expand the top_k best nodes per level, keep the `size` best by
+    cumulative log q. Returns (tokens, parents, depths) with parents -1 = child of the root."""
+    toks, pars, deps, score, pend = [], [], [], [], {}
+    frontier, st = [-1], root_state
+    for level in range(depth):
+        logq = torch.log_softmax(st.head_in.float() @ W.T.float(), -1)
+        top = logq.topk(top_k)
+        new = []
+        for r, par in enumerate(frontier):
+            base = 0.0 if par < 0 else score[par]
+            for c, lp in zip(top.indices[r].tolist(), top.values[r].tolist()):
+                toks.append(c), pars.append(par), deps.append(level + 1), score.append(base + lp)
+                new.append(len(toks) - 1)
+        if level == depth - 1:
+            break
+        nxt = sorted(new, key=lambda i: -score[i])[:top_k]
+        rows = torch.tensor([frontier.index(pars[i]) for i in nxt])
+        mask = torch.zeros(len(nxt), len(pend) + len(nxt), dtype=torch.bool)
+        for j, i in enumerate(nxt):
+            mask[j, len(pend) + j] = True
+            a = pars[i]
+            while a >= 0:
+                mask[j, pend[a]] = True
+                a = pars[a]
+        for i in nxt:
+            pend[i] = len(pend)
+        st = drafter.expand(st.select(rows) if hasattr(st, "select") else type(st)(st.head_in[rows], st.state[rows]),
+                            torch.tensor([toks[i] for i in nxt]), torch.tensor([root_pos + deps[i] for i in nxt]), mask)
+        frontier = nxt
+    keep = sorted(sorted(range(len(toks)), key=lambda i: (-score[i], i))[:size])
+    remap = {o: n for n, o in enumerate(keep)}
+    return [toks[i] for i in keep], [-1 if pars[i] < 0 else remap[pars[i]] for i in keep], [deps[i] for i in keep]
+
+
+@torch.no_grad()
+def spec_generate(runner, drafter, prompt, max_new, depth, top_k, size, eos=None):
+    """Greedy speculative decoding; returns (emitted tokens, accepted length per step)."""
+    W = runner.head_weight
+    runner.reset()
+    n = len(prompt)
+    hid, feats = runner.forward(torch.tensor(prompt), torch.arange(n), None)
+    runner.commit(torch.arange(n))
+    root = int(runner.logits(hid[-1:]).argmax())
+    st = drafter.prefill(torch.tensor(prompt), root, feats)
+    out, acc, pos = [root], [], n
+    while len(out) < max_new and root != eos:
+        toks, pars, deps = draft_greedy_tree(drafter, W, st, pos, depth, top_k, size)
+        drafter.rollback()
+        k = len(toks) + 1
+        mask = torch.zeros(k, k, dtype=torch.bool)
+        mask[:, 0] = True
+        for i in range(k - 1):
+            a = i
+            while a >= 0:
+                mask[i + 1, a + 1] = True
+                a = pars[a]
+        hid, f = runner.forward(torch.tensor([root] + toks), torch.tensor([pos] + [pos + d for d in deps]), mask)
+        best = runner.logits(hid).argmax(-1).tolist()
+        path, cur = [], -1
+        while True:
+            kids = [i for i in range(k - 1) if pars[i] == cur and toks[i] == best[cur + 1]]
+            if not kids:
+                break
+            cur = kids[0]
+            path.append(cur)
+        bonus = best[cur + 1]
+        keep = torch.tensor([0] + [i + 1 for i in path])
+        runner.commit(keep)
+        emitted = [toks[i] for i in path] + [bonus]
+        st = drafter.extend(torch.tensor(emitted), f[keep])
+        out += emitted
+        acc.append(len(path))
+        pos += len(keep)
+        root = bonus
+        if eos in emitted:
+            break
+    return out, acc
+
+
+def eval_prompts(cfg, held_out):
+    """cfg.eval_prompts prompts from assets/prompts (round robin over categories), else held-out corpus prompts."""
+    try:
+        from core.prompts import load_prompts
+        ps = load_prompts()
+        cats = sorted({p.category for p in ps})
+        by = [[p.text for p in ps if p.category == c] for c in cats]
+        out = [b[i] for i in range(max(len(b) for b in by)) for b in by if i < len(b)]
+        return out[:cfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
+    except Exception:
+        return [p for p, _ in held_out[:cfg.eval_prompts]], "held-out corpus prompts"
+
+
+def evaluate(model, tok, head, prompts, cfg, shapes=(("chain", 4, 1, 4), ("tree", 6, 4, 24)), max_new=64):
+    """tau = tokens emitted per verify step (bonus included) and acceptance rate per depth, per shape."""
+    from core.eagle import EagleDrafter
+    from core.runner import EagerRunner
+    runner = EagerRunner(model, tok)
+    drafter = EagleDrafter(head.eval(), runner.head_weight)
+    res = {}
+    for name, depth, top_k, size in shapes:
+        accs = []
+        for p in prompts:
+            _, a = spec_generate(runner, drafter, chat_ids(tok, p)[-cfg.max_prompt:], max_new, depth, top_k, size, tok.eos_token_id)
+            accs += a
+        at = torch.tensor(accs, dtype=torch.float)
+        res[name] = {"depth": depth, "top_k": top_k, "size": size, "steps": len(accs), "tau": float(at.mean() + 1),
+                     "p_depth": [float((at >= i).float().mean()) for i in range(1, depth + 1)]}
+    return res
+
+
+def write_card(cfg, card, acc, path=None):
+    path = path or os.path.join(cfg.out, "training_card.md")
+    lines = [f"# EAGLE head for {cfg.target}", "",
+             "One LlamaDecoderLayer (init: the target's last layer) + fc [2d -> d] over [pre-norm last-layer feature; "
+             "next-token embedding]; output -> the target's frozen final norm -> the target's LM head W.", "",
+             f"- data: {cfg.data}" + (f" (self-distilled: the target's greedy generations, max {cfg.max_new} new tokens, "
+                                    f"of {cfg.self_distill} prompts)" if cfg.self_distill else " (teacher forcing on responses)"),
+             f"- cached tokens: {card['tokens']} in {card['seqs']} sequences (prompt + response)",
+             f"- steps: {card['steps']}, batch {cfg.batch} x seq {cfg.seq_len}, lr {cfg.lr}, seed {cfg.seed}, "
+             f"training-time-test depth {cfg.depth}",
+             f"- loss: {cfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {cfg.tok_w} * "
+             f"CE(p_target || q) over the {card['subset']} most frequent ids; depth s weighted 0.8^(s-1)",
+             "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
+             + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)", "",
+             f"## Acceptance (greedy, full-vocabulary head W, fp32 target, {card.get('eval_src', '')}, "
+             f"{cfg.eval_prompts} prompts x 64 new tokens)", "",
+             "tau = tokens emitted per verify step (bonus included).", "",
+             "| shape | depth | top_k | nodes | verify steps | tau | P(accept >= depth i) |", "|---|---|---|---|---|---|---|"]
+    for name, r in acc.items():
+        lines.append(f"| {name} | {r['depth']} | {r['top_k']} | {r['size']} | {r['steps']} | {r['tau']:.2f} | "
+                     + " ".join(f"{x:.2f}" for x in r["p_depth"]) + " |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 # ---------------------------------------------------------------- CLI
@@ -377,7 +541,9 @@ def main(argv=None):
     for p in model.parameters():
         p.requires_grad_(False)
     ev, tr = split_pairs(cfg)
+    model.to(getattr(torch, cfg.cache_dtype))
     build_cache(model, tok, cfg, tr)
+    model.float()
     if cache_only:
         return 0
     return train(model, tok, cfg, ev)

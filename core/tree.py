@@ -17,7 +17,7 @@ class Tree:
     parents: list = field(default_factory=list)  # -1 = child of the root (the last committed token)
     logp: list = field(default_factory=list)  # log q(token | parent)
     depth: list = field(default_factory=list)  # 1-based
-    score: list = field(default_factory=list)  # cumulative log q, made sibling-monotone when sampling
+    score: list = field(default_factory=list)  # cumulative log q
     q: dict = field(default_factory=dict)  # parent node -> (ids_map, q over I) used to sample its children
     head_calls: int = 0
 
@@ -56,44 +56,50 @@ def pick_children(logits_row, k, temperature, gen):
 
 
 def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) -> Tree:
+    """Greedy: EAGLE-2 — expand the top-k nodes of each level, then keep the `size` best by
+    cumulative log q. Sampling: how many children a node gets is fixed before they are drawn
+    (budget handed out in frontier order), since a prune that looks at the drawn children would bias
+    the multi-candidate rejection sampling."""
     depth, k, size = tree_shape(cfg)
+    sampling = cfg.temperature > 0
     t = Tree()
     frontier, states, pend = [-1], root, {}
     for level in range(depth):
         with timer("lm_head"):
             logits = head.logits(states.head_in)  # [f, |I|]
-        ids_map = head.active_ids()
         t.head_calls += 1
-        new = _add_level(t, frontier, logits, ids_map, k, cfg.temperature, gen)
-        if level == depth - 1 or not new:
+        budget = size - len(t) if sampling else k * len(frontier)
+        new = _add_level(t, frontier, logits, head.active_ids(), k, budget, cfg.temperature, gen)
+        if level == depth - 1 or not new or (sampling and len(t) >= size):
             break
-        nxt = sorted(new, key=lambda i: -t.score[i])[:k]
+        nxt = sorted(new, key=lambda i: (-t.score[i], i))[:k]
         parent_rows = torch.tensor([frontier.index(t.parents[i]) for i in nxt])
         parent = DraftState(states.head_in[parent_rows], None if states.state is None else states.state[parent_rows])
         mask = _expand_mask(t, nxt, pend)
-        for j, i in enumerate(nxt):
+        for i in nxt:
             pend[i] = len(pend)
         ids = torch.tensor([t.tokens[i] for i in nxt])
         pos = torch.tensor([root_pos + t.depth[i] for i in nxt])
         with timer("draft_backbone"):
             states = drafter.expand(parent, ids, pos, mask)
         frontier = nxt
-    return _prune(t, size)
+    return t if sampling else _prune(t, size)
 
 
-def _add_level(t, frontier, logits, ids_map, k, temperature, gen) -> list:
+def _add_level(t, frontier, logits, ids_map, k, budget, temperature, gen) -> list:
+    """Children of each frontier node, in frontier order, at most `budget` in all."""
     new = []
     for row, par in enumerate(frontier):
-        kids, lps, logq = pick_children(logits[row], k, temperature, gen)
+        n_kids = min(k, budget - len(new))
+        if n_kids <= 0:
+            break
+        kids, lps, logq = pick_children(logits[row], n_kids, temperature, gen)
         if temperature > 0:
             t.q[par] = (ids_map, logq.exp())
         base = 0.0 if par < 0 else t.score[par]
-        prev = base
         for c, lp in zip(kids.tolist(), lps.tolist()):
             tok = c if ids_map is None else int(ids_map[c])
-            score = base + lp if temperature == 0 else min(prev, base + lp)  # later siblings never outrank
-            prev = score
-            new.append(t.add(tok, par, lp, score))
+            new.append(t.add(tok, par, lp, base + lp))
     return new
 
 
@@ -110,7 +116,7 @@ def _expand_mask(t, nxt, pend) -> torch.Tensor:
 
 
 def _prune(t: Tree, size: int) -> Tree:
-    """Keep the `size` best nodes by score; ancestors (and earlier siblings) always rank higher."""
+    """Keep the `size` best nodes by score (greedy only); a node never ranks below its descendants."""
     keep = sorted(sorted(range(len(t)), key=lambda i: (-t.score[i], i))[:size])
     remap = {old: new for new, old in enumerate(keep)}
     out = Tree(head_calls=t.head_calls)

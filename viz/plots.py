@@ -27,63 +27,56 @@ def coverage_fig(records: list, fr_size: int | None = None, step: int | None = N
     """Cumulative share of emitted tokens inside each method's vocabulary, step by step."""
     steps = spec_steps(records)
     x = [r["step"] for r in steps]
-    fig = _base("Coverage of emitted tokens (cumulative)", "step", "coverage %")
-    if any((r.get("stream") or {}).get("active") for r in steps):
+    dynamic = any((r.get("stream") or {}).get("active") for r in steps)
+    traces = []
+    if dynamic:
         y = running_mean([[1 if v else 0 for v in r.get("emitted_in_vocab", [])] for r in steps])
-        fig.add_trace(_line(x, y, "NanoSpec I_t", COLORS["nanospec"]))
+        traces.append(_line(x, y, "NanoSpec I_t", COLORS["nanospec"]))
     if fr_size and _has_fr(steps):
-        fig.add_trace(_line(x, running_mean([_fr_flags(r, fr_size) for r in steps]), f"FR-Spec K={fr_size:,}",
+        traces.append(_line(x, running_mean([_fr_flags(r, fr_size) for r in steps]), f"FR-Spec K={fr_size:,}",
                             COLORS["frspec_k"]))
-    if _has_fr(steps) and any((r.get("stream") or {}).get("active") for r in steps):
+    if dynamic and _has_fr(steps):
         y = running_mean([_fr_flags(r, r["stream"]["active"]) for r in steps])
-        fig.add_trace(_line(x, y, "FR-Spec K=|I_t|", COLORS["frspec_it"], dash="dot"))
-    fig.add_trace(_line(x, [100.0] * len(x), "full vocab", COLORS["full"], dash="dash"))
-    fig.update_yaxes(range=[0, 104])
-    return _mark(fig, step)
+        traces.append(_line(x, y, "FR-Spec K=|I_t|", COLORS["frspec_it"], dash="dot"))
+    traces.append(_line(x, [100.0] * len(x), "full vocab", COLORS["full"], dash="dash"))
+    return _figure("Coverage of emitted tokens (cumulative)", "step", "coverage %", traces, step, yrange=[0, 104])
 
 
 def active_vocab_fig(records: list, step: int | None = None) -> go.Figure:
     steps = [r for r in records if r.get("kind") != "ar"]
     x = [r["step"] for r in steps]
-    fig = _base("Active vocabulary |I_t| per step", "step", "tokens")
-    fig.add_trace(_line(x, [(r.get("stream") or {}).get("active", 0) for r in steps], "|I_t|", COLORS["active"]))
-    fig.add_trace(_line(x, [(r.get("stream") or {}).get("size_s", 0) for r in steps], "|S|", COLORS["size_s"],
-                        dash="dot"))
-    return _mark(fig, step)
+    traces = [_line(x, [(r.get("stream") or {}).get("active", 0) for r in steps], "|I_t|", COLORS["active"]),
+              _line(x, [(r.get("stream") or {}).get("size_s", 0) for r in steps], "|S|", COLORS["size_s"], dash="dot")]
+    return _figure("Active vocabulary |I_t| per step", "step", "tokens", traces, step)
 
 
 def accept_len_fig(records: list, step: int | None = None) -> go.Figure:
     steps = [r for r in records if r.get("kind") != "prefill"]
     x = [r["step"] for r in steps]
     y = [len(r.get("emitted", [])) for r in steps]
-    fig = _base("Acceptance length per step (accepted + 1)", "step", "tokens")
-    fig.add_trace(go.Bar(x=x, y=y, name="tokens this step", marker_color=COLORS["accept"], opacity=0.75))
     means = [sum(y[: i + 1]) / (i + 1) for i in range(len(y))]
-    fig.add_trace(_line(x, means, "running mean", COLORS["mean"]))
-    return _mark(fig, step)
+    traces = [{"type": "bar", "x": x, "y": y, "name": "tokens this step", "marker": {"color": COLORS["accept"]},
+               "opacity": 0.75}, _line(x, means, "running mean", COLORS["mean"])]
+    return _figure("Acceptance length per step (accepted + 1)", "step", "tokens", traces, step)
 
 
 def timing_fig(records: list, step: int | None = None) -> go.Figure:
     steps = [r for r in records if r.get("kind") != "prefill"]
     x = [r["step"] for r in steps]
-    fig = _base("Time per step (ms)", "step", "ms")
-    for k, color in TIMER_COLORS.items():
-        fig.add_trace(go.Bar(x=x, y=[(r.get("timing_ms") or {}).get(k, 0.0) for r in steps],
-                             name=k.replace("_", " "), marker_color=color))
-    fig.update_layout(barmode="stack")
-    return _mark(fig, step)
+    traces = [{"type": "bar", "x": x, "y": [(r.get("timing_ms") or {}).get(k, 0.0) for r in steps],
+               "name": k.replace("_", " "), "marker": {"color": color}} for k, color in TIMER_COLORS.items()]
+    return _figure("Time per step (ms)", "step", "ms", traces, step, barmode="stack")
 
 
 def compare_coverage_fig(runs: dict) -> go.Figure:
     """One cumulative-coverage line per method: runs = {method: [record dicts]}."""
-    fig = _base("Coverage by method (cumulative)", "step", "coverage %")
+    traces = []
     for method, records in runs.items():
         steps = [r for r in records if r.get("kind") in ("step", "ar")]
         y = running_mean([[_in_vocab_or_full(method, v) for v in r.get("emitted_in_vocab", []) or
                            [True] * len(r.get("emitted", []))] for r in steps])
-        fig.add_trace(_line([r["step"] for r in steps], y, method, METHOD_COLORS.get(method, "#000")))
-    fig.update_yaxes(range=[0, 104])
-    return fig
+        traces.append(_line([r["step"] for r in steps], y, method, METHOD_COLORS.get(method, "#000")))
+    return _figure("Coverage by method (cumulative)", "step", "coverage %", traces, None, yrange=[0, 104])
 
 
 def figures_html(figs: list, title: str = "SpecLens plots") -> str:
@@ -99,27 +92,28 @@ def _in_vocab_or_full(method, v):
 
 
 def _has_fr(steps) -> bool:
-    return any(v is not None for r in steps for v in r.get("emitted_fr_rank", []) or [])
+    """Frequency ranks are known (the engine writes -1 when there is no FR-Spec table)."""
+    return any(v is not None and v >= 0 for r in steps for v in r.get("emitted_fr_rank", []) or [])
 
 
 def _fr_flags(r, k) -> list:
-    return [None if rank is None else (1 if rank < k else 0) for rank in r.get("emitted_fr_rank", []) or []]
+    return [None if rank is None or rank < 0 else (1 if rank < k else 0) for rank in r.get("emitted_fr_rank", []) or []]
 
 
-def _line(x, y, name, color, dash=None) -> go.Scatter:
-    return go.Scatter(x=x, y=y, name=name, mode="lines+markers", marker={"size": 4},
-                      line={"color": color, "width": 2, "dash": dash})
+def _line(x, y, name, color, dash=None) -> dict:
+    return {"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers", "marker": {"size": 4},
+            "line": {"color": color, "width": 2, "dash": dash}}
 
 
-def _base(title, xt, yt) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(title={"text": title, "font": {"size": 14}, "x": 0.01}, template="plotly_white", height=280,
-                      margin={"l": 48, "r": 12, "t": 40, "b": 36}, xaxis_title=xt, yaxis_title=yt,
-                      legend={"orientation": "h", "y": -0.25, "x": 0}, hovermode="x unified")
-    return fig
-
-
-def _mark(fig: go.Figure, step) -> go.Figure:
+def _figure(title, xt, yt, traces, step, yrange=None, barmode=None) -> go.Figure:
+    """One go.Figure built from plain dicts, no template: ~10x cheaper than update_layout + plotly_white."""
+    axis = {"gridcolor": "#e8eaed", "zerolinecolor": "#dadce0", "linecolor": "#dadce0", "automargin": True}
+    layout = {"title": {"text": title, "font": {"size": 14}, "x": 0.01}, "template": None, "height": 280,
+              "margin": {"l": 48, "r": 12, "t": 40, "b": 40}, "paper_bgcolor": "white", "plot_bgcolor": "white",
+              "font": {"family": "system-ui, sans-serif", "size": 12, "color": "#3c4043"},
+              "xaxis": {**axis, "title": {"text": xt}, "title_standoff": 2}, "yaxis": {**axis, "title": {"text": yt}, "range": yrange},
+              "legend": {"orientation": "h", "y": -0.3, "x": 0, "yanchor": "top"}, "hovermode": "x unified", "barmode": barmode}
     if step is not None:
-        fig.add_vline(x=step, line_width=1, line_dash="dot", line_color="#888")
-    return fig
+        layout["shapes"] = [{"type": "line", "x0": step, "x1": step, "y0": 0, "y1": 1, "yref": "paper",
+                             "line": {"width": 1, "dash": "dot", "color": "#888"}}]
+    return go.Figure({"data": traces, "layout": layout})

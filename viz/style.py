@@ -30,7 +30,7 @@ del.tok-rej { text-decoration-thickness: 2px; }
   border: 1px solid var(--border-color-primary, #ddd); font-size: 12.5px; font-variant-numeric: tabular-nums; }
 .stream-minimap { position: relative; height: 6px; border-radius: 3px; background: rgba(128,128,128,.2); margin: 4px 0 8px; }
 .minimap-window { position: absolute; top: 0; bottom: 0; border-radius: 3px; background: rgba(249,171,0,.75); }
-.stream-tape { max-height: 230px; overflow: auto; line-height: 1.95; font-family: ui-monospace, Menlo, monospace;
+.stream-tape { max-height: 230px; overflow: auto; display: flex; flex-direction: column-reverse; line-height: 1.95; font-family: ui-monospace, Menlo, monospace;
   font-size: 12px; border: 1px solid var(--border-color-primary, #ddd); border-radius: 8px; padding: 6px 8px; }
 .chip { display: inline-block; padding: 0 5px; margin: 1px 2px 1px 0; border-radius: 5px; line-height: 1.5;
   border: 1px solid transparent; white-space: pre; max-width: 12em; overflow: hidden; vertical-align: middle; font-size: 12px; }
@@ -74,7 +74,7 @@ del.tok-rej { text-decoration-thickness: 2px; }
 .node-key.node-oov { border-style: dashed; border-color: #d93025; }
 
 /* summary */
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(110px, 1fr)); gap: 8px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(100px, 1fr)); gap: 8px; }
 .card { border: 1px solid var(--border-color-primary, #ddd); border-radius: 10px; padding: 6px 10px;
   background: var(--background-fill-secondary, #fafafa); }
 .card-v { font-size: 20px; font-weight: 650; font-variant-numeric: tabular-nums; }
@@ -103,4 +103,17 @@ del.tok-rej { text-decoration-thickness: 2px; }
 """
 CSS += r"""
 .compare-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 12px; }
+"""
+CSS += r"""
+.chip-out { opacity: .45; text-decoration: line-through; }
+.stream-what { font-size: 12px; color: var(--body-text-color-subdued, #666); margin-bottom: 4px; }
+"""
+CSS += r"""
+#replay-buttons { gap: 6px; align-items: center; flex-wrap: wrap; }
+#replay-buttons > * { flex: 0 0 auto !important; min-width: 0 !important; }
+#speed-radio { flex: 0 0 auto !important; }
+"""
+CSS += r"""
+.compare-table td.row-error { text-align: left; color: #c5221f; }
+#replay-buttons button { border: 1px solid var(--border-color-primary, #ccc); background: var(--button-secondary-background-fill, #f3f4f6); }
 """

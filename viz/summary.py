@@ -63,6 +63,8 @@ def compare_table(rows: list) -> str:
 
 
 def _compare_row(r) -> str:
+    if r.get("error"):
+        return f'<tr><td><b>{esc(r["method"])}</b></td><td colspan="7" class="row-error">⚠ {esc(r["error"])}</td></tr>'
     s = r["summary"]
     share = lm_head_share(s)
     sp = r.get("speedup")

@@ -7,15 +7,15 @@ WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", 
          " of", " green", " light", " Speculative", " decoding", " drafts", " tokens", " fast")
 
 
-def synthetic_trace(n_steps: int = 12, seed: int = 0, method: str = "nanospec", w_max: int = 40) -> dict:
+def synthetic_trace(n_steps: int = 12, seed: int = 0, method: str = "nanospec", w_max: int = 40,
+                    raw_stream: bool = False) -> dict:
+    """raw_stream: also record the raw chunks appended to S (stream["appended"])."""
     rng = random.Random(seed)
     vocab = {str(i): w for i, w in enumerate(WORDS)}
-    prompt_ids = [0, 1, 2, 3, 4]
-    records = [_prefill_record(rng, prompt_ids)]
-    window = [t for t, _ in records[0]["stream"]["entered"]]
+    window = []
+    records = [_prefill_record(rng, [0, 1, 2, 3, 4], window, w_max, raw_stream)]
     for step in range(1, n_steps + 1):
-        rec = _step_record(rng, step, method, window, w_max)
-        records.append(rec)
+        records.append(_step_record(rng, step, window, w_max, raw_stream))
     records[-1]["finished"] = True
     cfg = {"method": method, "w_max": w_max, "k_pre": 2, "k_ver": 2, "fr_size": 12, "depth": 3,
            "top_k": 2, "tree_size": 6, "max_new_tokens": 64, "temperature": 0.0}
@@ -27,28 +27,41 @@ def synthetic_trace(n_steps: int = 12, seed: int = 0, method: str = "nanospec", 
     return {"meta": meta, "records": records}
 
 
-def _prefill_record(rng, prompt_ids) -> dict:
-    entered = [[t, "prompt"] for t in prompt_ids]
-    entered += [[rng.randrange(len(WORDS)), "prefill"] for _ in range(2 * len(prompt_ids))]
+def _prefill_record(rng, prompt_ids, window, w_max, raw) -> dict:
+    chunks = [["prompt", list(prompt_ids)], ["prefill", [rng.randrange(len(WORDS)) for _ in range(2 * len(prompt_ids))]]]
     first = rng.randrange(len(WORDS))
-    active = len({t for t, _ in entered})
     return _record(0, "prefill", emitted=[first], in_vocab=[True], fr=[rng.randrange(20)], p=[None],
-                   stream={"entered": entered, "left": [], "size_s": len(entered), "active": active},
+                   stream=_stream_event(window, chunks, w_max, raw),
                    timing={"draft_backbone": 0.0, "lm_head": 0.0, "gather": 0.0, "verify": 9.0, "other": 1.0})
 
 
-def _step_record(rng, step, method, window, w_max) -> dict:
+def _stream_event(window: list, chunks: list, w_max: int, raw: bool) -> dict:
+    """What core.stream reports: ids entering / leaving I_t = Unique(Suffix(S, W_max))."""
+    before = set(window[-w_max:])
+    for _, ids in chunks:
+        window.extend(ids)
+    after = set(window[-w_max:])
+    entered, seen = [], set()
+    for src, ids in chunks:
+        for t in ids:
+            if t in after and t not in before and t not in seen:
+                seen.add(t)
+                entered.append([t, src])
+    ev = {"entered": entered, "left": sorted(before - after), "size_s": len(window), "active": len(after)}
+    if raw:
+        ev["appended"] = [[src, list(ids)] for src, ids in chunks]
+    return ev
+
+
+def _step_record(rng, step, window, w_max, raw) -> dict:
     tree = _random_tree(rng, depth=3, top_k=2)
     path = _accepted_path(rng, tree)
     bonus = rng.randrange(len(WORDS))
     emitted = [tree["tokens"][i] for i in path] + [bonus]
-    entered = [[t, "draft"] for t in dict.fromkeys(tree["tokens"])]
-    entered += [[rng.randrange(len(WORDS)), "verify"] for _ in range(2 * (len(path) + 1))]
-    before = set(window[-w_max:])
-    window.extend(t for t, _ in entered)
-    after = set(window[-w_max:])
-    stream = {"entered": entered, "left": sorted(before - after), "size_s": len(window), "active": len(after)}
-    in_vocab = [True] * len(path) + [bonus in after]
+    chunks = [["draft", list(dict.fromkeys(tree["tokens"]))],
+              ["verify", [rng.randrange(len(WORDS)) for _ in range(2 * (len(path) + 1))]]]
+    stream = _stream_event(window, chunks, w_max, raw)
+    in_vocab = [True] * len(path) + [bonus in set(window[-w_max:])]
     fr = [rng.randrange(30) for _ in emitted]
     p = [math.exp(tree["logp"][i]) for i in path] + [None]
     timing = {"draft_backbone": rng.uniform(3, 6), "lm_head": rng.uniform(1, 4),

@@ -2,7 +2,7 @@
 import html
 import math
 
-VISIBLE_WS = {"\n": "↵", "\t": "⇥"}
+VISIBLE_WS = {"\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
 def esc(s) -> str:
@@ -21,9 +21,7 @@ def token_str(vocab: dict, tid) -> str:
 
 def chip_label(vocab: dict, tid, width: int = 12) -> str:
     """A compact, whitespace-visible label for chips and tree nodes."""
-    s = token_str(vocab, tid)
-    for k, v in VISIBLE_WS.items():
-        s = s.replace(k, v)
+    s = "".join(VISIBLE_WS.get(c, "␣") if c.isspace() and c != " " else c for c in token_str(vocab, tid))
     s = s.replace(" ", "·") if s.strip() == "" else s
     return s if len(s) <= width else s[: width - 1] + "…"
 

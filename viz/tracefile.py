@@ -16,6 +16,7 @@ def record_token_ids(rec: dict) -> set:
     st = rec.get("stream") or {}
     ids = set((rec.get("tree") or {}).get("tokens", [])) | set(rec.get("emitted", []))
     ids |= {e[0] for e in st.get("entered", [])} | set(st.get("left", []))
+    ids |= {t for _, chunk in st.get("appended", []) for t in chunk}
     return {int(i) for i in ids if i is not None}
 
 

@@ -8,11 +8,15 @@
 
 Every public function takes `backend` in auto|triton|torch (see `use_triton`).
 
-Kernels are plain functions jitted on their first Triton call (`jit`), never at import:
-`triton.jit` chooses compiler or interpreter from TRITON_INTERPRET when it decorates, so
-importing core.kernels before TRITON_INTERPRET=1 is set cannot freeze the wrong mode.
+Triton is imported on the first Triton call, never by `import core.kernels`: triton decorates its
+own helpers (tl.zeros, tl.max, ...) for the compiler or the interpreter when it is imported, so an
+early import would freeze compiled mode before TRITON_INTERPRET=1 is set. Kernels are therefore
+plain functions jitted by `jit`, which also binds the name `tl` they use; their files start with
+`from __future__ import annotations` so `BLOCK: tl.constexpr` is read as text until then.
 """
+import importlib.util
 import os
+import sys
 
 import torch
 
@@ -27,11 +31,8 @@ def interpreting() -> bool:
 
 
 def triton_installed() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Without importing it (see above)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def use_triton(backend: str, device) -> bool:
@@ -47,8 +48,24 @@ def use_triton(backend: str, device) -> bool:
         raise SpecError("backend 'triton' needs the triton package (pip install triton)")
     if device.type != "cuda" and not interpreting():
         raise SpecError(f"backend 'triton' on {device.type} tensors needs TRITON_INTERPRET=1 in the "
-                        "environment before the first kernel runs; use backend 'torch' or 'auto' instead")
+                        "environment at start-up; use backend 'torch' or 'auto' instead")
+    if interpreting() and not triton_interprets():
+        raise SpecError("triton was imported before TRITON_INTERPRET=1 was set; set it at start-up")
     return True
+
+
+def triton_interprets() -> bool:
+    """Triton's own helpers were built for the interpreter (True too when triton is not loaded yet)."""
+    language = sys.modules.get("triton.language")
+    return language is None or type(language.zeros).__name__ == "InterpretedFunction"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
 
 
 _JITTED = {}
@@ -61,14 +78,19 @@ def jit(fn, gpu_configs: list, interpreter_config: dict, key: list, **autotune_k
     its single config (autotune then never benchmarks; blocks sized for few Python programs).
     """
     import triton
+    import triton.language
     mode = (fn, id(gpu_configs), interpreting())
     if mode not in _JITTED:
-        def config(c):
-            meta = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
-            return triton.Config(meta, num_warps=c.get("num_warps", 4), num_stages=c.get("num_stages", 2))
+        fn.__globals__["tl"] = triton.language  # the kernel files' `tl` (see top)
         chosen = [interpreter_config] if interpreting() else gpu_configs
-        _JITTED[mode] = triton.autotune([config(c) for c in chosen], key=key, **autotune_kw)(triton.jit(fn))
+        _JITTED[mode] = triton.autotune([triton_config(c) for c in chosen], key=key, **autotune_kw)(triton.jit(fn))
     return _JITTED[mode]
+
+
+def triton_config(c: dict):
+    import triton
+    meta = {k: v for k, v in c.items() if k not in ("num_warps", "num_stages")}
+    return triton.Config(meta, num_warps=c.get("num_warps", 4), num_stages=c.get("num_stages", 2))
 
 
 # the files below import use_triton / jit from this package, so they come last

@@ -1,16 +1,19 @@
 """Head epilogue: log-softmax over the k logits, top-k, positions remapped to full-vocabulary ids.
 
 Shapes: logits [n, k], ids_map LongTensor [k] | None (None = identity) ->
-top_ids LongTensor [n, topk], top_logp fp32 [n, topk], best first; equal logits: lower position first.
+top_ids LongTensor [n, topk], top_logp fp32 [n, topk], best first; equal logits: lower position first
+(ties are decided on the logits; log-softmax keeps their order).
 Program instance r owns row r: one pass for log Z = m + log sum_j exp(x_j - m) (online max m),
 then topk passes, pass t picking the largest (x, -position) after pick t-1, so the order is exact
 (value descending, position ascending) with no sort and no scratch memory.
 """
+from __future__ import annotations  # kernel signatures say tl.constexpr before tl exists
+
 import torch
-import triton
-import triton.language as tl
 
 from core.kernels import jit, use_triton
+
+tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_K=1024, num_warps=4), dict(BLOCK_K=2048, num_warps=8), dict(BLOCK_K=4096, num_warps=8)]
 INTERPRETER_CONFIG = dict(BLOCK_K=128)
@@ -61,25 +64,26 @@ def head_epilogue_triton(logits: torch.Tensor, ids_map: torch.Tensor | None, top
     if n == 0 or topk == 0:
         return top_ids, top_logp
     kernel = jit(head_epilogue_kernel, GPU_CONFIGS, INTERPRETER_CONFIG, key=["HAS_MAP"])
-    map_arg = logits if ids_map is None else ids_map.contiguous()  # a dummy pointer when HAS_MAP is False
+    map_arg = logits if ids_map is None else ids_map.to(logits.device).contiguous()  # a dummy pointer when HAS_MAP is False
     kernel[(n,)](logits, map_arg, top_ids, top_logp, k, topk, logits.stride(0), top_ids.stride(0),
                  HAS_MAP=ids_map is not None)
     return top_ids, top_logp
 
 
 def head_epilogue_torch(logits: torch.Tensor, ids_map: torch.Tensor | None, topk: int):
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    # a stable descending sort keeps equal values in position order: ties go to the lower position
-    top_logp, pos = torch.sort(logp, dim=-1, descending=True, stable=True)
-    top_logp, pos = top_logp[:, :topk].contiguous(), pos[:, :topk]
-    top_ids = pos if ids_map is None else ids_map[pos]
+    x = logits.float()
+    # a stable descending sort keeps equal logits in position order: ties go to the lower position
+    pos = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :topk]
+    top_logp = torch.log_softmax(x, dim=-1).gather(1, pos)
+    top_ids = pos if ids_map is None else ids_map.to(pos.device)[pos]
     return top_ids.contiguous(), top_logp
 
 
 def head_epilogue(logits: torch.Tensor, ids_map: torch.Tensor | None, topk: int, backend: str = "auto"):
-    """(top_ids [n, topk] full-vocabulary ids, top_logp fp32 [n, topk]) of log_softmax(logits)."""
-    if not 0 <= topk <= logits.shape[-1]:
-        raise ValueError(f"topk must be in [0, {logits.shape[-1]}], got {topk}")
+    """(top_ids [n, topk] full-vocabulary ids, top_logp fp32 [n, topk]) of log_softmax(logits).
+
+    topk is clamped to k (an I_t smaller than topk yields k columns)."""
+    topk = max(0, min(topk, logits.shape[-1]))
     if use_triton(backend, logits.device):
         return head_epilogue_triton(logits, ids_map, topk)
     return head_epilogue_torch(logits, ids_map, topk)

@@ -5,11 +5,13 @@ Program instance (pk, pn) computes logits[pn*BLOCK_N : +BLOCK_N, pk*BLOCK_K : +B
 in BLOCK_D steps: acc += h[rows, d0:d0+BLOCK_D] @ W[idx[cols], d0:d0+BLOCK_D].T, accumulated in fp32.
 bf16/fp16 pairs use the tensor-core dot; fp32 (or mixed dtypes) an exact fp32 dot ("ieee", no tf32).
 """
-import torch
-import triton
-import triton.language as tl
+from __future__ import annotations  # kernel signatures say tl.constexpr before tl exists
 
-from core.kernels import interpreting, jit, use_triton
+import torch
+
+from core.kernels import cdiv, interpreting, jit, next_power_of_2, use_triton
+
+tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_K=64, BLOCK_D=128, num_warps=4, num_stages=3),
                dict(BLOCK_K=128, BLOCK_D=64, num_warps=4, num_stages=4),
@@ -39,12 +41,13 @@ def gathered_gemm_kernel(h, W, idx, out, n, k, d, stride_h, stride_w, stride_out
         if DOT_FP32:
             a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")  # [BLOCK_N, BLOCK_D] @ [BLOCK_D, BLOCK_K]
-    tl.store(out + offs_n[:, None] * stride_out + offs_k[None, :], acc.to(out.dtype.element_ty), mask=mask_n[:, None] & mask_k[None, :])
+    out_ptrs = out + offs_n[:, None] * stride_out + offs_k[None, :]
+    tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_n[:, None] & mask_k[None, :])
 
 
 def block_n(n: int) -> int:
     """Rows of h per program: tl.dot needs >= 16; n <= 64 fits one program column."""
-    return min(64, max(16, triton.next_power_of_2(n)))
+    return min(64, max(16, next_power_of_2(n)))
 
 
 def gathered_gemm_into(out: torch.Tensor, h: torch.Tensor, W: torch.Tensor, idx: torch.Tensor | None,
@@ -56,11 +59,11 @@ def gathered_gemm_into(out: torch.Tensor, h: torch.Tensor, W: torch.Tensor, idx:
     if n == 0 or k == 0:
         return out
     kernel = jit(gathered_gemm_kernel, configs, INTERPRETER_CONFIG, key=["d", "BLOCK_N", "HAS_IDX"])
-    idx_arg = W if idx is None else idx.contiguous()  # a dummy pointer when HAS_IDX is False
+    idx_arg = W if idx is None else idx.to(W.device).contiguous()  # a dummy pointer when HAS_IDX is False
     # the interpreter multiplies bf16 tiles as their uint16 storage: upcast first (bf16 products are exact in fp32)
     dot_fp32 = W.dtype == torch.float32 or h.dtype != W.dtype or interpreting()
     BLOCK_N = block_n(n)
-    grid = lambda meta: (triton.cdiv(k, meta["BLOCK_K"]), triton.cdiv(n, BLOCK_N))  # noqa: E731
+    grid = lambda meta: (cdiv(k, meta["BLOCK_K"]), cdiv(n, BLOCK_N))  # noqa: E731
     kernel[grid](h, W, idx_arg, out, n, k, d, h.stride(0), W.stride(0), out.stride(0),
                  HAS_IDX=idx is not None, DOT_FP32=dot_fp32, BLOCK_N=BLOCK_N)
     return out
@@ -72,7 +75,7 @@ def gathered_gemm_triton(h: torch.Tensor, W: torch.Tensor, idx: torch.Tensor | N
 
 
 def gathered_gemm_torch(h: torch.Tensor, W: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
-    rows = W if idx is None else W.index_select(0, idx)
+    rows = W if idx is None else W.index_select(0, idx.to(W.device))
     return h.float() @ rows.float().T  # [n, d] @ [d, k]
 
 

@@ -7,6 +7,8 @@ chained linear layers in that dtype would (a no-op for fp32).
 Two passes of the gathered GEMM kernel (core/kernels/gathered_gemm.py), each weight read once:
   pass 1  z [n, r] = h @ W_down.T      program = BLOCK_K rows of W_down (small blocks: r is small)
   pass 2  logits = z @ W_up[idx].T     program = BLOCK_K rows of W_up read through idx
+z is rounded between them by torch (n*r elements): the interpreter's in-kernel fp32 -> bf16 cast
+truncates instead of rounding to nearest even, so an in-kernel cast could not be tested here.
 Fusing them would make every pass-2 program recompute z, i.e. re-read all of W_down [r, d] once per
 BLOCK_K rows of W_up, which costs more than the n*r intermediate it saves.
 """
@@ -24,8 +26,8 @@ def lowrank_logits_triton(h: torch.Tensor, W_down: torch.Tensor, W_up: torch.Ten
                           idx: torch.Tensor | None) -> torch.Tensor:
     n, r = h.shape[0], W_down.shape[0]
     k = W_up.shape[0] if idx is None else idx.numel()
-    z = torch.empty(n, r, dtype=W_up.dtype, device=h.device)
-    gathered_gemm_into(z, h, W_down, None, DOWN_CONFIGS)  # [n, d] @ [d, r]
+    z = torch.empty(n, r, dtype=torch.float32, device=h.device)
+    z = gathered_gemm_into(z, h, W_down, None, DOWN_CONFIGS).to(W_up.dtype)  # [n, d] @ [d, r]
     out = torch.empty(n, k, dtype=torch.float32, device=h.device)
     return gathered_gemm_into(out, z, W_up, idx)  # [n, r] @ [r, k]
 
@@ -33,7 +35,7 @@ def lowrank_logits_triton(h: torch.Tensor, W_down: torch.Tensor, W_up: torch.Ten
 def lowrank_logits_torch(h: torch.Tensor, W_down: torch.Tensor, W_up: torch.Tensor,
                          idx: torch.Tensor | None) -> torch.Tensor:
     z = (h.float() @ W_down.float().T).to(W_up.dtype)  # [n, d] @ [d, r]
-    rows = W_up if idx is None else W_up.index_select(0, idx)
+    rows = W_up if idx is None else W_up.index_select(0, idx.to(W_up.device))
     return z.float() @ rows.float().T  # [n, r] @ [r, k]
 
 

@@ -4,11 +4,13 @@ Shapes: buf [C, d], W [V, d], slots / ids LongTensor [m]. Only those m rows of b
 in one launch (none when m = 0). Slots must be distinct (duplicate slots: any one row wins).
 Program instance p copies rows i in [p * BLOCK_M, (p + 1) * BLOCK_M), BLOCK_D columns at a time.
 """
-import torch
-import triton
-import triton.language as tl
+from __future__ import annotations  # kernel signatures say tl.constexpr before tl exists
 
-from core.kernels import jit, use_triton
+import torch
+
+from core.kernels import cdiv, jit, use_triton
+
+tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_M=1, BLOCK_D=1024, num_warps=4), dict(BLOCK_M=4, BLOCK_D=512, num_warps=4),
                dict(BLOCK_M=8, BLOCK_D=256, num_warps=4), dict(BLOCK_M=16, BLOCK_D=256, num_warps=8)]
@@ -35,12 +37,13 @@ def repack_rows_triton(buf: torch.Tensor, W: torch.Tensor, slots: torch.Tensor, 
         return
     assert buf.stride(1) == 1 and W.stride(1) == 1, "rows must be contiguous"
     kernel = jit(repack_kernel, GPU_CONFIGS, INTERPRETER_CONFIG, key=["d"])
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
-    kernel[grid](buf, W, slots.contiguous(), ids.contiguous(), m, d, buf.stride(0), W.stride(0))
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
+    slots, ids = slots.to(buf.device).contiguous(), ids.to(W.device).contiguous()
+    kernel[grid](buf, W, slots, ids, m, d, buf.stride(0), W.stride(0))
 
 
 def repack_rows_torch(buf: torch.Tensor, W: torch.Tensor, slots: torch.Tensor, ids: torch.Tensor) -> None:
-    buf.index_copy_(0, slots, W.index_select(0, ids).to(buf.dtype))
+    buf.index_copy_(0, slots.to(buf.device), W.index_select(0, ids.to(W.device)).to(buf.dtype))
 
 
 def repack_rows(buf: torch.Tensor, W: torch.Tensor, slots: torch.Tensor, ids: torch.Tensor,

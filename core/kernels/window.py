@@ -13,10 +13,13 @@ program walks them in BLOCK chunks, three phases apart by barriers:
      ascending, into fixed [a + e] buffers plus a count pair n_out = (|entered|, |left|).
 The only host sync is the wrapper reading n_out to trim those buffers (`window_update_padded` skips it).
 """
+from __future__ import annotations  # kernel signatures say tl.constexpr before tl exists
+
 import torch
-import triton.language as tl
 
 from core.kernels import jit, use_triton
+
+tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK=256, num_warps=4), dict(BLOCK=1024, num_warps=8)]
 INTERPRETER_CONFIG = dict(BLOCK=64)

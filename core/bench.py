@@ -1,0 +1,178 @@
+"""python -m core bench: many prompts × methods in one process, side by side, resumable.
+
+Writes DIR/runs.jsonl (one line per finished prompt × method; rerunning skips them), DIR/steps.csv
+and DIR/summary.csv (per category × method, plus `all`). Speedups are ratios to the plain AR run
+of the same prompts on the same runtime in the same process.
+"""
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from core.cli import add_engine_args, config_from, load_pipeline
+from core.config import METHODS
+from core.errors import SpecError
+from core.trace import compare_to_ar, new_tokens_after_prefill
+
+SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
+                "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
+                "identical_to_ar_frac"]
+STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted",
+             "draft_backbone", "lm_head", "gather", "verify", "other"]
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m core bench", description="benchmark methods over prompt files")
+    p.add_argument("--prompts", nargs="+", default=None, help="Spec-Bench / HumanEval / SpecLens JSONL files")
+    p.add_argument("--methods", default="ar,full,frspec,nanospec,slimspec,nanoslim")
+    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--compare-ar", action="store_true", help="check greedy losslessness against AR")
+    p.add_argument("--out", required=True)
+    add_engine_args(p)
+    return p.parse_args(argv)
+
+
+def methods_of(text) -> list:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise SpecError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(METHODS)}")
+    return ["ar"] + [m for m in methods if m != "ar"]  # AR first: every speedup is a ratio to it
+
+
+def open_out(out: Path, settings: dict) -> dict:
+    """Results already in DIR for these settings: {(prompt_id, method): row}."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists() and json.loads(cfg_path.read_text()) != settings:
+        raise SpecError(f"{out} holds results of other settings; use a new --out or delete it")
+    cfg_path.write_text(json.dumps(settings, indent=1))
+    done = {}
+    runs = out / "runs.jsonl"
+    if runs.exists():
+        for line in runs.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by an interruption
+                continue
+            done[(row["prompt_id"], row["method"])] = row
+    return done
+
+
+def run_row(pipe, prompt, cfg, ar_records=None) -> tuple:
+    t0 = time.perf_counter()
+    records = list(pipe.run(prompt.text, cfg))
+    wall = time.perf_counter() - t0
+    steps = [r for r in records if r.kind != "prefill"]
+    tim = {k: sum(r.timing_ms[k] for r in records) for k in ("draft_backbone", "lm_head", "gather", "verify", "other")}
+    in_vocab = [v for r in steps if r.kind == "step" for v in r.emitted_in_vocab]
+    row = {"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method,
+           "new_tokens": sum(len(r.emitted) for r in records), "wall_s": wall, "steps": len(steps),
+           "step_tokens": new_tokens_after_prefill(records),
+           "draft_calls": sum(r.tree.get("head_calls", 0) for r in steps),
+           "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
+           "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
+           "identical": None if ar_records is None else compare_to_ar(records, ar_records)["identical"]}
+    step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
+                  "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
+                  "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
+    return row, step_rows, records
+
+
+def summarize_rows(rows: list) -> list:
+    groups = {}
+    for r in rows:
+        for cat in (r["category"], "all"):
+            groups.setdefault((cat, r["method"]), []).append(r)
+    tps = {k: sum(r["new_tokens"] for r in g) / max(sum(r["wall_s"] for r in g), 1e-9) for k, g in groups.items()}
+    out = []
+    for (cat, method), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0][0], METHODS.index(kv[0][1]))):
+        steps = max(sum(r["steps"] for r in g), 1)
+        t = {k: sum(r["timing_ms"][k] for r in g) for k in ("draft_backbone", "lm_head", "gather", "verify")}
+        ident = [r["identical"] for r in g if r["identical"] is not None]
+        ar = tps.get((cat, "ar"))
+        out.append({"category": cat, "method": method, "n_prompts": len(g),
+                    "new_tokens": sum(r["new_tokens"] for r in g), "tokens_per_s": round(tps[(cat, method)], 3),
+                    "speedup_vs_ar": round(tps[(cat, method)] / ar, 3) if ar else "",
+                    "mean_accept_len": round(sum(r["step_tokens"] for r in g) / steps, 3),
+                    "mean_active_vocab": round(sum(r["active_sum"] for r in g) / steps, 1) if method != "ar" else "",
+                    "coverage": round(sum(r["covered"] for r in g) / max(sum(r["coverable"] for r in g), 1), 4)
+                    if method != "ar" else "",
+                    "lm_head_ms_per_call": round(t["lm_head"] / max(sum(r["draft_calls"] for r in g), 1), 3),
+                    "draft_ms_per_step": round((t["draft_backbone"] + t["lm_head"] + t["gather"]) / steps, 3),
+                    "verify_ms_per_step": round(t["verify"] / steps, 3),
+                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else ""})
+    return out
+
+
+def write_csv(path: Path, cols, rows) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
+def run_bench(args) -> list:
+    from tqdm import tqdm
+    from core.prompts import DEFAULT_PROMPTS, load_prompts
+    methods = methods_of(args.methods)
+    cats = args.categories.split(",") if args.categories else None
+    prompts = load_prompts(args.prompts or [DEFAULT_PROMPTS], limit=args.limit, categories=cats)
+    if not prompts:
+        raise SpecError("no prompts to run (check --prompts / --categories)")
+    cfgs = {m: config_from(args, m) for m in methods}
+    out = Path(args.out)
+    settings = {"model": args.model, "draft": args.draft, "runtime": args.runtime, "prompts": [p.id for p in prompts],
+                "configs": {m: c.to_dict() for m, c in cfgs.items()}}
+    done = open_out(out, settings)
+    pipe = load_pipeline(args)
+    for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
+        list(pipe.run(prompts[0].text, cfgs[m].__class__(**{**cfgs[m].to_dict(), "max_new_tokens": 4})))
+    steps_path = out / "steps.csv"
+    step_rows = _read_steps(steps_path)
+    with (out / "runs.jsonl").open("a") as runs:
+        for p in tqdm(prompts, desc="prompts", file=sys.stderr):
+            ar_records = None
+            for m in methods:
+                if (p.id, m) in done and not (args.compare_ar and m == "ar"):
+                    continue
+                row, srows, records = run_row(pipe, p, cfgs[m], ar_records if args.compare_ar else None)
+                ar_records = records if m == "ar" else ar_records
+                if (p.id, m) in done:
+                    continue
+                done[(p.id, m)] = row
+                runs.write(json.dumps(row) + "\n")
+                runs.flush()
+                step_rows += srows
+            write_csv(steps_path, STEP_COLS, step_rows)
+    summary = summarize_rows(list(done.values()))
+    write_csv(out / "summary.csv", SUMMARY_COLS, summary)
+    return summary
+
+
+def _read_steps(path: Path) -> list:
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    summary = run_bench(args)
+    print_table(summary)
+    print(f"\nwrote {args.out}/summary.csv, steps.csv, runs.jsonl", file=sys.stderr)
+    return 0
+
+
+def print_table(rows) -> None:
+    cols = SUMMARY_COLS
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)))

@@ -1,0 +1,110 @@
+"""Command line: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime."""
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+
+from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
+from core.errors import SpecError
+
+SUBCOMMANDS = {  # name -> module whose main(argv) runs it
+    "generate": "core.cli",
+    "bench": "core.bench",
+    "freq": "core.freq",
+    "train-eagle": "core.train_eagle",
+    "train-slim": "core.train_slim",
+    "bench-runtime": "core.runtime",
+}
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Every engine option, shared by generate and bench."""
+    d = SpecConfig()
+    p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")
+    p.add_argument("--draft", default="auto", help="auto | self | eagle | a draft model id sharing the tokenizer")
+    p.add_argument("--runtime", default="auto", choices=RUNTIMES)
+    p.add_argument("--shape", default=d.shape, choices=SHAPES)
+    p.add_argument("--window", default=d.window, choices=WINDOWS)
+    for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma", "seed"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--temperature", type=float, default=d.temperature)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--backend", default=d.backend, choices=BACKENDS)
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+
+
+def config_from(args, method: str) -> SpecConfig:
+    keys = ("shape", "window", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
+            "seed", "max_new_tokens", "temperature", "top_p", "backend")
+    return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
+
+
+def load_pipeline(args):
+    from core.models import DEFAULT_MODEL
+    from core.pipeline import Pipeline
+    return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime)
+
+
+def run_once(pipe, prompt, cfg, chat=True) -> tuple:
+    """(records, wall seconds) of one generation."""
+    t0 = time.perf_counter()
+    records = list(pipe.run(prompt, cfg, chat=chat))
+    return records, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    from core.trace import compare_to_ar, summarize
+    p = argparse.ArgumentParser(prog="python -m core generate", description="one speculative generation")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--method", default="nanospec", choices=METHODS)
+    p.add_argument("--compare-ar", action="store_true", help="also run plain greedy decoding and compare")
+    p.add_argument("--json", action="store_true")
+    add_engine_args(p)
+    args = p.parse_args(argv)
+    cfg = config_from(args, args.method)
+    pipe = load_pipeline(args)
+    records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
+    out = summarize(records, wall)
+    out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method)
+    if args.compare_ar:
+        ar, ar_wall = run_once(pipe, args.prompt, SpecConfig(**{**cfg.to_dict(), "method": "ar"}), not args.no_chat)
+        cmp = compare_to_ar(records, ar)
+        out.update(identical_to_ar=cmp["identical"], ar_tokens_per_s=summarize(ar, ar_wall)["tokens_per_s"],
+                   first_diff=cmp["first_diff"], near_tie=cmp["tie"])
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(out["text"])
+        keys = ("new_tokens", "steps", "mean_accept_len", "mean_active_vocab", "coverage", "tokens_per_s",
+                "identical_to_ar", "ar_tokens_per_s")
+        print("\n" + "  ".join(f"{k}={_fmt(out[k])}" for k in keys if k in out), file=sys.stderr)
+    return 0
+
+
+def _fmt(v):
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def dispatch(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        print("usage: python -m core {" + "|".join(SUBCOMMANDS) + "} [options]  (--help on each)", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(SUBCOMMANDS[argv[0]])
+        return module.main(argv[1:]) or 0
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line for the user; the traceback only on request
+        if os.environ.get("SPECLENS_DEBUG"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {e}); rerun with SPECLENS_DEBUG=1 for details",
+              file=sys.stderr)
+        return 1

@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny random models for engine specs, one default-model pipeline per session."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (transformers does)
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def peaky_tiny(seed=0, vocab=300, scale=8.0):
+    """A tiny random llama whose next-token distributions are peaked (random init is near-uniform,
+    which would make every greedy step a near-tie)."""
+    from core.models import tiny_model
+    m = tiny_model(seed=seed, vocab=vocab)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)
+    return m
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    return peaky_tiny(0)
+
+
+@pytest.fixture(scope="session")
+def default_pipeline():
+    from core.pipeline import Pipeline
+    return Pipeline.load()
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny models are all per-op overhead: one thread avoids thread wake-ups dominating."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

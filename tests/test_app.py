@@ -1,0 +1,157 @@
+"""app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
+import importlib.util
+import os
+import socket
+
+import pytest
+
+import app
+
+HAS_PIPELINE = importlib.util.find_spec("core.pipeline") is not None
+needs_pipeline = pytest.mark.skipif(not HAS_PIPELINE, reason="core/pipeline.py is not in this checkout yet")
+SUMMARY_KEYS = {"text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
+                "timing_ms", "tokens_per_s", "cut"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served():
+    demo = app.build_demo(hub=False)
+    port = free_port()
+    app.launch(demo, port=port, host="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    from gradio_client import Client
+    yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    demo.close()
+
+
+@needs_pipeline
+def test_generate_endpoint_returns_summary(served):
+    out = served.predict("What is 2 + 3?", "nanospec", 12, api_name="/generate")
+    assert SUMMARY_KEYS <= set(out), SUMMARY_KEYS - set(out)
+    assert out["new_tokens"] >= 1 and out["steps"] >= 1 and isinstance(out["text"], str)
+    assert out["method"] == "nanospec" and out["tokens_per_s"] > 0
+
+
+@needs_pipeline
+def test_generate_bad_input_is_a_message_and_app_keeps_serving(served):
+    from gradio_client.exceptions import AppError
+    with pytest.raises(AppError, match="prompt is empty"):
+        served.predict("   ", "nanospec", 8, api_name="/generate")
+    with pytest.raises(AppError, match="method must be one of"):
+        served.predict("hi", "bogus", 8, api_name="/generate")
+    with pytest.raises(AppError, match="max new tokens"):
+        served.predict("hi", "nanospec", 10**6, api_name="/generate")
+    out = served.predict("Say hi.", "ar", 6, api_name="/generate")
+    assert out["new_tokens"] >= 1
+
+
+def test_api_lists_only_generate(served):
+    info = served.view_api(print_info=False, return_format="dict")
+    assert "/generate" in info["named_endpoints"]
+    assert set(info["named_endpoints"]) == {"/generate"}
+
+
+def test_run_ui_reports_errors_without_raising():
+    outs = list(app.run_ui("", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(), 16, 0.0, {}))
+    assert len(outs) == 1 and "prompt is empty" in outs[0][2] and "error-box" in outs[0][2]
+    outs = list(app.run_ui("hi", "/etc/passwd|self", "nanospec", False, *app._default_settings(), 16, 0.0, {}))
+    assert "unknown model choice" in outs[-1][2] and "error-box" in outs[-1][2]
+
+
+def test_make_config_rejects_absurd_settings():
+    from core.errors import SpecError
+    with pytest.raises(SpecError):
+        app.make_config("nanospec", 0, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0)  # w_max = 0
+    with pytest.raises(SpecError):
+        app.make_config("nanospec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 99.0)  # temperature
+    assert app.make_config("frspec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0).method == "frspec"
+
+
+def test_model_choices_are_a_closed_list():
+    keys = [k for _, k in app.model_choices(hub=True)]
+    assert all(app.parse_model_key(k) for k in keys)
+    assert len(app.model_choices(hub=False)) < len(keys)
+
+
+def test_examples_cover_seven_categories():
+    cats = {c for c, _ in app.example_prompts()}
+    assert {"conv", "mt", "summ", "qa", "math", "rag", "code"} <= cats
+
+
+def test_initial_trace_is_browsable():
+    t = app.initial_trace()
+    assert t["records"] and t["meta"]["summary"]
+    vals = app.replay(t, 1)
+    assert len(vals) == 7 and "tok" in vals[0]
+
+
+class FakePipe:
+    """Replays a synthetic trace through the Pipeline interface (no model): spec methods get the trace's
+    records, ar gets the same tokens one per step, so greedy runs are lossless by construction."""
+    model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 30
+
+    def __init__(self):
+        from viz.synthetic import synthetic_trace
+        self.trace = synthetic_trace(n_steps=6, seed=3)
+
+    def run(self, prompt, cfg, chat=True, should_stop=lambda: False):
+        from core.trace import StepRecord
+        recs = [StepRecord.from_dict(r) for r in self.trace["records"]]
+        if cfg.method == "ar":
+            toks = [t for r in recs for t in r.emitted]
+            recs = [StepRecord(step=i, kind="prefill" if i == 0 else "ar", emitted=[t], text=str(t))
+                    for i, t in enumerate(toks)]
+        for r in recs:
+            if should_stop():
+                r.cut = "stopped"
+                yield r
+                return
+            yield r
+
+    def decode_tokens(self, ids):
+        return [self.trace["meta"]["vocab"].get(str(i), f"<{i}>") for i in ids]
+
+
+@pytest.fixture
+def fake_pipe(monkeypatch):
+    pipe = FakePipe()
+    monkeypatch.setattr(app, "load_pipeline", lambda key: pipe)
+    return pipe
+
+
+def test_run_ui_streams_then_finishes(fake_pipe):
+    outs = list(app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", True, *app._default_settings(),
+                           16, 0.0, {}))
+    assert len(outs) >= len(fake_pipe.trace["records"]) + 1
+    trace, _, note, text, stream, tree = outs[1][:6]
+    assert "Generating" in note and "tok-bonus" in text
+    final = outs[-1]
+    trace, note, summary, files, baselines = final[0], final[2], final[10], final[11], final[12]
+    assert "your run" in note and "lossless ✓" in summary and "×" in summary
+    assert len(files) == 2 and all(os.path.exists(f) for f in files)
+    assert len(baselines) == 1 and trace["meta"]["summary"]["new_tokens"] > 0
+    assert app.LAST_RUN_STATS["render_s"] >= 0 and app.LAST_RUN_STATS["steps"] == len(trace["records"])
+
+
+def test_compare_ui_table_plot_texts(fake_pipe):
+    outs = list(app.compare_ui("hello", ["nanospec", "ar"], f"{app.DEFAULT_MODEL}|auto",
+                               *app._default_settings(), 16, 0.0, {}))
+    table, fig, texts, baselines = outs[-1]
+    assert "nanospec" in table and "lossless ✓" in table
+    assert [t.name for t in fig.data] == ["ar", "nanospec"]
+    assert texts.count("compare-col-title") == 2 and baselines
+
+
+def test_stop_flag_cuts_the_run(fake_pipe):
+    app._STOP.clear()
+    gen = app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(),
+                     16, 0.0, {})
+    next(gen)
+    app.request_stop(None)
+    outs = list(gen)
+    assert "stopped" in outs[-1][10]

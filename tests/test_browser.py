@@ -1,0 +1,116 @@
+"""End to end in headless Chromium: the shipped example, a real run of the default prompt, replay, phone layout.
+
+Needs Debian's chromium (apt-get install -y chromium) and the `playwright` pip package (no browser download).
+Screenshots and measured numbers go to test-artifacts/ (gitignored).
+"""
+import importlib.util
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ART = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
+    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="pip package playwright missing"),
+]
+needs_pipeline = pytest.mark.skipif(importlib.util.find_spec("core.pipeline") is None,
+                                    reason="core/pipeline.py is not in this checkout yet")
+
+# Seconds from the Run click until the first streamed step shows up (the note flips to "Generating… step").
+FIRST_STEP_JS = """() => {
+  const note = document.querySelector('#source-note');
+  const txt = note ? note.innerText : '';
+  return (txt.includes('Generating') || txt.includes('your run')) ? (performance.now() - window.__clickAt) / 1000 : false;
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url():
+    import app
+    demo = app.build_demo(hub=False)
+    port = free_port()
+    app.launch(demo, port=port, host="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    ART.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, url, width=1400, height=900):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(url)
+    page.wait_for_selector("#text-panel .tok-acc", timeout=60_000)
+    page.wait_for_selector("#coverage-plot .js-plotly-plot .scatterlayer .trace", timeout=60_000)
+    return page
+
+
+def test_example_is_shown_before_any_run(browser, url):
+    page = open_page(browser, url)
+    assert page.locator("#text-panel .tok-acc").count() > 0
+    assert page.locator("#stream-panel .stream-window .chip").count() > 0
+    assert page.locator("#summary .card").count() == 6
+    page.screenshot(path=str(ART / "example-desktop.png"), full_page=True)
+    page.close()
+
+
+def test_replay_buttons_scrub_the_panels(browser, url):
+    page = open_page(browser, url)
+    page.get_by_role("button", name="◀ step").click()
+    page.wait_for_selector("#text-panel .step-now", timeout=30_000)
+    page.close()
+
+
+@needs_pipeline
+def test_run_default_prompt_streams_every_panel(browser, url):
+    import app
+    app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
+    page = open_page(browser, url)
+    page.evaluate("window.__clickAt = performance.now()")
+    page.locator("#run-btn").click()
+    first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
+    page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
+    total = page.evaluate("performance.now() - window.__clickAt") / 1000
+    assert page.locator("#text-panel .tok-acc").count() > 0, "no accepted (green) token"
+    assert page.locator("#text-panel .tok-rej").count() > 0, "no rejected (red) token"
+    assert page.locator("#stream-panel .stream-window .chip").count() > 0
+    assert page.locator("#coverage-plot .js-plotly-plot .scatterlayer .trace").count() >= 2
+    assert page.locator("#downloads a").count() >= 2
+    page.screenshot(path=str(ART / "run-desktop.png"), full_page=True)
+    stats = dict(app.LAST_RUN_STATS)
+    metrics = {"first_step_latency_s": round(first, 3), "click_to_done_s": round(total, 3),
+               "engine_s": round(stats["gen_s"], 3), "server_render_s": round(stats["render_s"], 3),
+               "server_render_overhead": round(stats["render_s"] / stats["gen_s"], 3),
+               "end_to_end_overhead": round(total / stats["gen_s"] - 1, 3), "steps": stats["steps"]}
+    (ART / "browser-metrics.json").write_text(json.dumps(metrics, indent=2))
+    print("browser metrics:", metrics)
+    assert first < 10, f"first streamed step took {first:.1f}s"
+    page.close()
+
+
+def test_phone_layout(browser, url):
+    page = open_page(browser, url, width=390, height=844)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    page.screenshot(path=str(ART / "example-phone.png"), full_page=True)
+    assert overflow <= 2, f"page scrolls sideways on a phone by {overflow}px"
+    page.close()

@@ -1,0 +1,42 @@
+"""Draft heads score exactly the rows they claim to."""
+import torch
+
+from core.config import SpecConfig
+from core.heads import build_head, svd_factors
+
+torch.manual_seed(0)
+V, D = 300, 32
+W = torch.randn(V, D)
+H = torch.randn(5, D)
+
+
+def test_svd_head_at_full_rank_reproduces_the_full_logits():
+    up, down = svd_factors(W, D)
+    torch.testing.assert_close((H @ down.T) @ up.T, H @ W.T, rtol=1e-4, atol=1e-4)
+
+
+def test_frspec_head_scores_its_static_rows():
+    ids = torch.tensor([3, 10, 299, 42])
+    head = build_head("frspec", W, SpecConfig(method="frspec"), fr_ids=ids)
+    torch.testing.assert_close(head.logits(H), H @ W[ids].T)
+    assert head.in_vocab([10, 11]) == [True, False]
+
+
+def test_nanospec_head_scores_exactly_the_active_vocabulary():
+    head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=50))
+    head.on_prefill(torch.tensor([5, 6, 7]), torch.randn(3, V))
+    ids = head.active_ids()
+    torch.testing.assert_close(head.logits(H), H @ W[ids].T)
+
+
+def test_nanoslim_equals_slimspec_restricted_to_the_active_vocabulary():
+    cfg = SpecConfig(method="nanoslim", w_max=40, rank=8)
+    nano, slim = build_head("nanoslim", W, cfg), build_head("slimspec", W, cfg)
+    nano.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    torch.testing.assert_close(nano.logits(H), slim.logits(H)[:, nano.active_ids()])
+
+
+def test_full_head_has_no_restriction():
+    head = build_head("full", W, SpecConfig(method="full"))
+    assert head.active_ids() is None and head.n_active() == V
+    torch.testing.assert_close(head.logits(H), H @ W.T)

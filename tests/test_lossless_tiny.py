@@ -1,0 +1,77 @@
+"""Greedy speculative decoding emits exactly the target's own greedy tokens (tiny random models)."""
+import pytest
+import torch
+
+from conftest import peaky_tiny
+from core.config import SpecConfig
+from core.draft import ModelDrafter
+from core.engine import generate
+from core.heads import build_head
+from core.runner import EagerRunner
+from core.trace import compare_to_ar, tokens_of
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim"]
+PROMPT = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
+
+
+def run(target_model, draft_model, cfg, prompt=PROMPT):
+    target = EagerRunner(target_model)
+    if cfg.method == "ar":
+        return list(generate(target, None, None, prompt, cfg))
+    drafter = ModelDrafter(EagerRunner(draft_model))
+    fr_ids = torch.arange(0, 300, 3)  # a static third of the vocabulary
+    head = build_head(cfg.method, drafter.head_weight, cfg, fr_ids=fr_ids)
+    return list(generate(target, drafter, head, prompt, cfg))
+
+
+@pytest.fixture(scope="module")
+def ar_records(tiny_target):
+    return run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=40))
+
+
+@pytest.mark.parametrize("shape", ["tree", "chain"])
+@pytest.mark.parametrize("method", METHODS)
+def test_self_draft_greedy_equals_target_greedy(tiny_target, ar_records, method, shape):
+    cfg = SpecConfig(method=method, shape=shape, max_new_tokens=40, w_max=48, rank=16)
+    cmp = compare_to_ar(run(tiny_target, tiny_target, cfg), ar_records)
+    assert cmp["identical"], cmp
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_separate_draft_model_greedy_equals_target_greedy(tiny_target, ar_records, method):
+    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=48, rank=16)
+    cmp = compare_to_ar(run(tiny_target, peaky_tiny(seed=7), cfg), ar_records)
+    assert cmp["identical"], cmp
+
+
+@pytest.mark.parametrize("cfg", [
+    SpecConfig(method="nanospec", w_max=1, k_pre=0, k_ver=0, max_new_tokens=30),
+    SpecConfig(method="nanoslim", w_max=1, k_pre=0, k_ver=0, max_new_tokens=30, rank=8),
+    SpecConfig(method="nanospec", depth=8, top_k=8, tree_size=128, max_new_tokens=30),
+    SpecConfig(method="nanospec", window="fifo", w_max=5, max_new_tokens=30),
+], ids=["wmax1-nanospec", "wmax1-nanoslim", "max-tree", "fifo-window"])
+def test_greedy_lossless_under_extreme_settings(tiny_target, cfg):
+    ar = run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=30))
+    assert compare_to_ar(run(tiny_target, tiny_target, cfg), ar)["identical"]
+
+
+def test_prompt_longer_than_w_max_stays_lossless(tiny_target):
+    prompt = torch.randint(0, 300, (80,), generator=torch.Generator().manual_seed(3)).tolist()
+    ar = run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=20), prompt)
+    spec = run(tiny_target, tiny_target, SpecConfig(method="nanospec", w_max=16, max_new_tokens=20), prompt)
+    assert compare_to_ar(spec, ar)["identical"]
+
+
+def test_run_stops_at_the_token_budget(tiny_target):
+    recs = run(tiny_target, tiny_target, SpecConfig(method="full", max_new_tokens=7))
+    assert len(tokens_of(recs)) == 7
+
+
+def test_tie_tolerance_only_applies_at_a_near_tie():
+    from core.trace import StepRecord
+    a = [StepRecord(0, "ar", emitted=[1, 2, 3], margin=[1.0, 1.0, 1.0])]
+    b = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, 5e-5])]
+    c = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, 0.5])]
+    assert compare_to_ar(b, a)["identical"] and compare_to_ar(b, a)["tie"]
+    assert not compare_to_ar(c, a)["identical"]

@@ -1,0 +1,185 @@
+"""FastRunner (core/runtime.py) against the transformers model itself: prefill, tree verify, commit, greedy."""
+import pytest
+import torch
+
+from core.errors import SpecError
+from core.models import DEFAULT_MODEL, converted_dir, tiny_model
+from core.runtime import FastConfig, FastRunner, make_runner
+
+ATOL = 1e-4
+
+
+def tiny_variant(kind: str, seed: int = 0):
+    """tiny random llama / qwen2 (qkv bias) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
+    window on layer 0) / gemma2 (not covered: attention soft-capping) models, fp32, eval."""
+    if kind == "llama":
+        return tiny_model(seed)
+    import transformers as tf
+
+    common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    cls = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
+           "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM)}[kind]
+    if kind == "gemma3":
+        common.update(sliding_window=4, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls[1](cls[0](**common, head_dim=16))
+        if kind == "gemma3":  # norms start at zero (scale 1 + w): randomise so the (1 + w) offset is tested
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.data.normal_(0, 0.5)
+    return model.float().eval()
+
+
+def ref_logits(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
+
+
+# tree over 4 nodes: 0 <- root, 1 <- 0, 2 <- 0, 3 <- 2 (parents; -1 = the last committed token)
+PARENTS = [-1, 0, 0, 2]
+
+
+def tree_mask(parents) -> torch.Tensor:
+    n = len(parents)
+    m = torch.eye(n, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] |= m[p]
+    return m
+
+
+def path(parents, i) -> list:
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = parents[i]
+    return out[::-1]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_prefill_tree_commit_match_transformers(kind):
+    model = tiny_variant(kind)
+    runner = FastRunner(model, None, FastConfig(max_len=16))  # small: the tree step forces a regrow
+    g = torch.Generator().manual_seed(1)
+    prompt = torch.randint(3, 512, (12,), generator=g).tolist()
+    nodes = torch.randint(3, 512, (4,), generator=g).tolist()
+
+    hid, feats = runner.forward(torch.tensor(prompt), torch.arange(12))
+    assert hid.shape == feats.shape == (12, 64)
+    torch.testing.assert_close(runner.logits(hid), ref_logits(model, prompt), atol=ATOL, rtol=0)
+    runner.commit(torch.arange(12))
+
+    depth = torch.tensor([len(path(PARENTS, i)) - 1 for i in range(4)])
+    hid, _ = runner.forward(torch.tensor(nodes), 12 + depth, tree_mask(PARENTS))
+    got = runner.logits(hid)
+    for i in range(4):
+        want = ref_logits(model, prompt + [nodes[j] for j in path(PARENTS, i)])[-1]
+        torch.testing.assert_close(got[i], want, atol=ATOL, rtol=0)
+    assert (runner.n_committed, runner.n_pending) == (12, 4)
+
+    runner.commit(torch.tensor([0, 2, 3]))  # accept the path 0 -> 2 -> 3
+    assert (runner.n_committed, runner.n_pending) == (15, 0)
+    accepted = prompt + [nodes[0], nodes[2], nodes[3]]
+    more = [7, 8]
+    hid, _ = runner.forward(torch.tensor(more), torch.arange(15, 17))
+    torch.testing.assert_close(runner.logits(hid), ref_logits(model, accepted + more)[-2:], atol=ATOL, rtol=0)
+
+
+def test_features_are_last_layer_before_norm():
+    model = tiny_variant("llama")
+    runner = FastRunner(model)
+    ids = [5, 6, 7, 8]
+    hid, feats = runner.forward(torch.tensor(ids), torch.arange(4))
+    with torch.no_grad():
+        out = model.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    torch.testing.assert_close(hid, out.last_hidden_state[0], atol=ATOL, rtol=0)
+    torch.testing.assert_close(model.model.norm(feats), hid, atol=ATOL, rtol=0)
+
+
+def test_shared_weights_leave_transformers_unchanged():
+    model = tiny_variant("qwen2")
+    ids = list(range(3, 20))
+    before = ref_logits(model, ids)
+    runner = FastRunner(model, None, FastConfig(share_weights=True))
+    torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
+    layer = model.model.layers[0].self_attn
+    assert layer.q_proj.weight.data_ptr() == runner.layers[0]["wqkv"].data_ptr()
+
+
+def greedy(runner, prompt, n_new):
+    runner.reset()
+    hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
+    runner.commit(torch.arange(len(prompt)))
+    out = []
+    for _ in range(n_new):
+        out.append(int(runner.logits(hid[-1:]).argmax()))
+        hid, _ = runner.forward(torch.tensor(out[-1:]), torch.tensor([runner.n_committed]))
+        runner.commit(torch.tensor([0]))
+    return out
+
+
+def assert_same_greedy(model, got, want, prompt):
+    """Equal token for token, except at a first divergence where the top-2 logits are a near-tie."""
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            top2 = ref_logits(model, prompt + want[:i])[-1].topk(2).values
+            assert float(top2[0] - top2[1]) < ATOL, f"step {i}: {a} != {b} without a tie"
+            return
+    assert len(got) == len(want)
+
+
+def hf_greedy(model, prompt, n_new):
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,
+                             min_new_tokens=n_new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_greedy_equals_generate(kind):
+    model = tiny_variant(kind, seed=3)
+    runner = FastRunner(model)
+    g = torch.Generator().manual_seed(2)
+    for n_prompt in (1, 17):
+        prompt = torch.randint(3, 512, (n_prompt,), generator=g).tolist()
+        assert_same_greedy(model, greedy(runner, prompt, 16), hf_greedy(model, prompt, 16), prompt)
+
+
+def test_make_runner_choices():
+    model = tiny_variant("llama")
+    fast = make_runner(model, None, "auto")
+    assert fast.runtime_name == "fast" and fast.fallback_reason == ""
+    assert make_runner(model, None, "eager").runtime_name == "eager"
+    gemma = tiny_variant("gemma2")
+    eager = make_runner(gemma, None, "auto")
+    assert eager.runtime_name == "eager" and "gemma2" in eager.fallback_reason
+    with pytest.raises(SpecError):
+        make_runner(gemma, None, "fast")
+    with pytest.raises(SpecError):
+        make_runner(model, None, "turbo")
+
+
+@pytest.mark.skipif(not (converted_dir(DEFAULT_MODEL) / "config.json").is_file(),
+                    reason="default model not converted on this machine")
+def test_default_model_short():
+    from core.models import load_model
+
+    model, _ = load_model(DEFAULT_MODEL)
+    runner = make_runner(model, None, "auto")
+    assert runner.runtime_name == "fast", runner.fallback_reason
+    prompt = [1, 504, 3458, 282, 4457, 314]
+    hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
+    torch.testing.assert_close(runner.logits(hid), ref_logits(model, prompt), atol=1e-3, rtol=0)
+    runner.commit(torch.arange(len(prompt)))
+    assert_same_greedy(model, greedy(runner, prompt, 4), hf_greedy(model, prompt, 4), prompt)
+
+
+def test_second_runner_reuses_shared_weights():
+    model = tiny_variant("llama")
+    a, b = FastRunner(model), FastRunner(model)
+    assert a.head_t.data_ptr() == b.head_t.data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
+    assert a.layers[1]["wgu"].data_ptr() == model.model.layers[1].mlp.gate_proj.weight.data_ptr()
