@@ -577,7 +577,7 @@ def _run_tab(example: dict, hub: bool) -> dict:
 
 def _settings_accordion() -> dict:
     c, s = SpecConfig(), {}
-    with gr.Accordion("Settings", open=False):
+    with gr.Accordion("Settings", open=False, elem_id="settings-accordion"):
         with gr.Row():
             s["w_max"] = gr.Slider(16, 16384, value=c.w_max, step=16, label="W_max",
                                    info="NanoSpec window: I_t = unique ids of the last W_max stream entries.")

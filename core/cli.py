@@ -65,6 +65,8 @@ def main(argv=None) -> int:
     add_engine_args(p)
     args = p.parse_args(argv)
     cfg = config_from(args, args.method)
+    if not args.prompt.strip():
+        raise SpecError("the prompt is empty")
     pipe = load_pipeline(args)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)

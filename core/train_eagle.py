@@ -502,7 +502,9 @@ def write_card(cfg, card, acc, path=None):
              f"- steps: {card['steps']}, batch {cfg.batch} x seq {cfg.seq_len}, lr {cfg.lr}, seed {cfg.seed}, "
              f"training-time-test depth {cfg.depth}",
              f"- loss: {cfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {cfg.tok_w} * "
-             f"CE(p_target || q) over the {card['subset']} most frequent ids; depth s weighted 0.8^(s-1)",
+             f"CE(p_target || q) over the {card['subset']} most frequent ids of the cache + {cfg.negatives} random other "
+             f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={cfg.amp}",
+             f"- wall clock: {card.get('minutes', 0):.0f} min of training on one CPU thread (shared machine)",
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)", "",
              f"## Acceptance (greedy, full-vocabulary head W, fp32 target, {card.get('eval_src', '')}, "

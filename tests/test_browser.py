@@ -15,6 +15,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ART = Path(__file__).resolve().parent.parent / "test-artifacts"
+RUN_TOKENS = int(os.environ.get("SPECLENS_BROWSER_TOKENS", "16"))  # short: CPU CI
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
@@ -86,6 +87,10 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     import app
     app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
     page = open_page(browser, url)
+    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
+    box = page.get_by_label("number input for Max new tokens")
+    box.fill(str(RUN_TOKENS))
+    box.press("Enter")
     page.evaluate("window.__clickAt = performance.now()")
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()

@@ -125,3 +125,27 @@ def test_slim_factors_kl_falls():
     up, down, before, after = train_factors(W, h, 4, steps=60, batch=128, lr=1e-2, seed=0, log=lambda s: None)
     assert up.shape == (256, 4) and down.shape == (4, 32)
     assert after[0] < before[0]
+
+
+def test_eagle3_state_dict_loads_and_runs():
+    from core.eagle import load_eagle3_state_dict
+    model, _ = tiny()
+    c, d, Vd = model.config, 64, 100
+    hd = d // c.num_attention_heads
+    sd = {"fc.weight": torch.randn(d, 3 * d) * 0.05, "norm.weight": torch.ones(d), "lm_head.weight": torch.randn(Vd, d),
+          "d2t": torch.arange(Vd) * 3, "t2d": torch.zeros(512, dtype=torch.bool),
+          "midlayer.input_layernorm.weight": torch.ones(d), "midlayer.hidden_norm.weight": torch.ones(d),
+          "midlayer.post_attention_layernorm.weight": torch.ones(d),
+          "midlayer.self_attn.q_proj.weight": torch.randn(c.num_attention_heads * hd, 2 * d) * 0.05,
+          "midlayer.self_attn.k_proj.weight": torch.randn(c.num_key_value_heads * hd, 2 * d) * 0.05,
+          "midlayer.self_attn.v_proj.weight": torch.randn(c.num_key_value_heads * hd, 2 * d) * 0.05,
+          "midlayer.self_attn.o_proj.weight": torch.randn(d, c.num_attention_heads * hd) * 0.05,
+          "midlayer.mlp.gate_proj.weight": torch.randn(c.intermediate_size, d) * 0.05,
+          "midlayer.mlp.up_proj.weight": torch.randn(c.intermediate_size, d) * 0.05,
+          "midlayer.mlp.down_proj.weight": torch.randn(d, c.intermediate_size) * 0.05}
+    head = load_eagle3_state_dict(c, sd).attach(model)
+    assert torch.equal(head.midlayer.self_attn.q_proj.weight, sd["midlayer.self_attn.q_proj.weight"])
+    out, (k, v) = head(torch.randn(1, 5, 3 * d), torch.randint(0, 512, (1, 5)), torch.arange(1, 6)[None])
+    out2, _ = head(out[:, -1:], torch.randint(0, 512, (1, 1)), torch.tensor([[6]]), None, (k, v))  # depth 2: own feature
+    logits, ids = head.draft_logits(head.head_in(out2[0]))
+    assert logits.shape == (1, Vd) and ids[5] == 5 + 15

@@ -1,0 +1,47 @@
+"""Bad input on the command line: one line naming the problem, a non-zero exit, no traceback."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "core", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["generate", "--prompt", "hi", "--w-max", "0"], "w_max"),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
+    (["generate", "--prompt", "hi", "--model", "no-such-model-xyz"], "no-such-model-xyz"),
+    (["generate", "--prompt", "   "], "prompt is empty"),
+    (["generate", "--prompt", "hi", "--rank", "100000"], "rank"),
+    (["bench", "--methods", "full,bogus", "--out", "/tmp/speclens-bench-bad"], "bogus"),
+])
+def test_bad_input_gives_a_one_line_error(args, needle):
+    r = cli(*args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and needle in err[0], r.stderr
+
+
+def test_unknown_subcommand_prints_usage():
+    r = cli("frobnicate")
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_generate_json_has_the_documented_keys():
+    import json
+    r = cli("generate", "--prompt", "Name a colour.", "--method", "nanospec", "--max-new-tokens", "8",
+            "--compare-ar", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
+                "timing_ms", "tokens_per_s", "identical_to_ar", "ar_tokens_per_s"):
+        assert key in out
+    assert set(out["timing_ms"]) == {"draft_backbone", "lm_head", "gather", "verify", "other", "total"}
+    assert out["identical_to_ar"] is True
