@@ -35,7 +35,7 @@ except Exception:  # not on a Space (or not ZeroGPU): a no-op decorator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 UI_MAX_NEW_TOKENS = 512
-PLOT_EVERY_S = 0.3  # while streaming, refresh the Plotly panels at most this often
+PLOT_EVERY_S = float(os.environ.get("SPECLENS_PLOT_EVERY_S", "2.0"))  # streaming: Plotly refresh period (browser cost)
 OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
                  ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self")]
 HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
@@ -344,7 +344,7 @@ def request_stop(request: gr.Request = None):
 def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size,
            max_new, temperature, baselines, request: gr.Request = None):
     """Run tab: streams every panel once per step (outputs: see _wire's run_out)."""
-    sess = _session(request)
+    sess, t_start = _session(request), time.perf_counter()
     _STOP[sess] = False
     try:
         prompt = check_prompt(prompt)
@@ -352,7 +352,8 @@ def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, ran
         pipe = load_pipeline(model_key)
         cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
                           temperature, vocab_size=getattr(pipe, "vocab_size", None))
-        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False), with_ar)
+        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False), with_ar,
+                               t_start)
     except SpecError as e:
         gr.Warning(str(e))
         yield _error_outputs(str(e))
@@ -362,8 +363,8 @@ def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, ran
         yield _error_outputs(f"internal error: {type(e).__name__}: {e}")
 
 
-def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=False):
-    last_plot, trace, render_s = 0.0, None, 0.0
+def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=False, t_start=None):
+    last_plot, trace, render_s = time.perf_counter(), None, 0.0  # first plot refresh after PLOT_EVERY_S
     for trace, rec in iter_trace(pipe, prompt, cfg, should_stop):
         t0 = time.perf_counter()
         with_plots = t0 - last_plot >= PLOT_EVERY_S
@@ -382,8 +383,9 @@ def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=Fa
         baselines = _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop)
     t0 = time.perf_counter()
     final = _final_outputs(trace, model_key, baselines)
-    LAST_RUN_STATS.update(gen_s=trace["meta"]["gen_s"], render_s=render_s + time.perf_counter() - t0,
-                          steps=len(trace["records"]), method=cfg.method)
+    now = time.perf_counter()
+    LAST_RUN_STATS.update(gen_s=trace["meta"]["gen_s"], render_s=render_s + now - t0, steps=len(trace["records"]),
+                          method=cfg.method, handler_s=now - (t_start or t0))
     yield final
 
 
@@ -629,13 +631,13 @@ def _compare_tab() -> dict:
     examples = example_prompts()
     c["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=3,
                              info="The same prompt runs once per method (settings from the Run tab).")
-    c["methods"] = gr.CheckboxGroup([m for m in METHODS], value=["ar", "frspec", "nanospec"], label="Methods",
+    c["methods"] = gr.CheckboxGroup([m for m in METHODS], value=["ar", "frspec", "nanospec"], label="Methods", elem_id="compare-methods",
                                     info="ar gives the speedup baseline and the lossless check.")
     with gr.Row():
         c["run"] = gr.Button("Compare", variant="primary", elem_id="compare-btn")
         c["stop"] = gr.Button("Stop", variant="stop")
     c["table"] = gr.HTML('<div class="source-note">Pick methods and press Compare.</div>', elem_id="compare-table")
-    c["plot"] = gr.Plot(label="Coverage by method", show_label=False)
+    c["plot"] = gr.Plot(label="Coverage by method", show_label=False, elem_id="compare-plot")
     c["texts"] = gr.HTML(elem_id="compare-texts")
     return c
 

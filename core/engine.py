@@ -52,8 +52,7 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     root = _pick(logits[-1], cfg, gen)
     rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
     if head is not None:
-        with timer("gather"):
-            ev = head.on_prefill(prompt, logits)
+        ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
         _fill_stream(rec, ev, head)
         with timer("draft_backbone"):
             state = drafter.prefill(prompt, root, feats)
@@ -109,8 +108,7 @@ def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, st
     with timer("verify"):
         target.commit(keep)
     in_vocab = head.in_vocab(tree.tokens + [bonus])  # membership in the I_t the draft used at this step
-    with timer("gather"):
-        ev = head.on_verify(tree.tokens, logits)
+    ev = head.on_verify(tree.tokens, logits, timer)
     emitted = [tree.tokens[i] for i in path] + [bonus]
     with timer("draft_backbone"):
         state = drafter.extend(torch.tensor(emitted), feats[keep])

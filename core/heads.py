@@ -7,6 +7,8 @@
 full = (W, V), frspec = (W, static), nanospec = (W, I_t), slimspec = (W_up, V), nanoslim = (W_up, I_t).
 Restricted heads keep R[I] in a dense repack buffer; the stream's updates touch only the moved rows.
 """
+from contextlib import nullcontext
+
 import torch
 
 from core import kernels
@@ -56,24 +58,26 @@ class DraftHead:
             return kernels.gathered_gemm(h, rows, None, self.backend)
         return (h @ rows.T).float()  # [n, d] @ [d, |I|]
 
-    def on_prefill(self, prompt_ids, prefill_logits) -> StreamEvent | None:
+    def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
         """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
         if self.stream is None:
             return None
         top = _topk_ids(prefill_logits, self.k_pre)
-        return self._apply(self.stream.append([(prompt_ids, "prompt"), (top, "prefill")]))
+        return self._apply(self.stream.append([(prompt_ids, "prompt"), (top, "prefill")]), timer)
 
-    def on_verify(self, tree_ids, verify_logits) -> StreamEvent | None:
+    def on_verify(self, tree_ids, verify_logits, timer=None) -> StreamEvent | None:
         """S ← S ⊕ C_draft (unique draft-tree ids) ⊕ C_ver (top-K_ver of the verify logits)."""
         if self.stream is None:
             return None
         c_draft = torch.unique(torch.as_tensor(tree_ids, dtype=torch.long)) if len(tree_ids) else _empty()
         c_ver = _topk_ids(verify_logits, self.k_ver)
-        return self._apply(self.stream.append([(c_draft, "draft"), (c_ver, "verify")]))
+        return self._apply(self.stream.append([(c_draft, "draft"), (c_ver, "verify")]), timer)
 
-    def _apply(self, ev: StreamEvent) -> StreamEvent:
+    def _apply(self, ev: StreamEvent, timer=None) -> StreamEvent:
+        """Repack: buf[slots] = R[ids] for the rows that entered or moved (the "gather" time)."""
         slots, ids = ev.moves
-        kernels.repack_rows(self.buf, self.rows, slots, ids, self.backend)
+        with timer("gather") if timer else nullcontext():
+            kernels.repack_rows(self.buf, self.rows, slots, ids, self.backend)
         return ev
 
 

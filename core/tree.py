@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core import kernels
 from core.draft import DraftState
 
 
@@ -43,15 +44,11 @@ def tree_shape(cfg):
     return cfg.depth, cfg.top_k, cfg.tree_size
 
 
-def pick_children(logits_row, k, temperature, gen):
-    """Top-k (greedy) or k draws without replacement (Gumbel-top-k) from q = softmax(logits / T)."""
-    k = min(k, logits_row.numel())
-    logq = torch.log_softmax(logits_row / (temperature or 1.0), dim=-1)
-    if temperature == 0:
-        top = logq.topk(k)
-        return top.indices, top.values, logq
+def sample_children(logits_row, k, temperature, gen):
+    """k draws without replacement (Gumbel-top-k) from q = softmax(logits / T): (order, log q[order], log q)."""
+    logq = torch.log_softmax(logits_row / temperature, dim=-1)
     u = torch.rand(logq.shape, generator=gen).clamp_(1e-20, 1.0)
-    order = (logq - torch.log(-torch.log(u))).topk(k).indices  # sampling order
+    order = (logq - torch.log(-torch.log(u))).topk(min(k, logq.numel())).indices  # sampling order
     return order, logq[order], logq
 
 
@@ -69,7 +66,7 @@ def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) 
             logits = head.logits(states.head_in)  # [f, |I|]
         t.head_calls += 1
         budget = size - len(t) if sampling else k * len(frontier)
-        new = _add_level(t, frontier, logits, head.active_ids(), k, budget, cfg.temperature, gen)
+        new = _add_level(t, frontier, logits, head.active_ids(), k, budget, cfg.temperature, gen, head.backend)
         if level == depth - 1 or not new or (sampling and len(t) >= size):
             break
         nxt = sorted(new, key=lambda i: (-t.score[i], i))[:k]
@@ -86,20 +83,24 @@ def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) 
     return t if sampling else _prune(t, size)
 
 
-def _add_level(t, frontier, logits, ids_map, k, budget, temperature, gen) -> list:
+def _add_level(t, frontier, logits, ids_map, k, budget, temperature, gen, backend) -> list:
     """Children of each frontier node, in frontier order, at most `budget` in all."""
+    if temperature == 0:  # fused log-softmax + top-k + remap to full-vocabulary ids: [f, k]
+        top_ids, top_logp = kernels.head_epilogue(logits, ids_map, k, backend)
     new = []
     for row, par in enumerate(frontier):
         n_kids = min(k, budget - len(new))
         if n_kids <= 0:
             break
-        kids, lps, logq = pick_children(logits[row], n_kids, temperature, gen)
-        if temperature > 0:
+        if temperature == 0:
+            toks, lps = top_ids[row, :n_kids].tolist(), top_logp[row, :n_kids].tolist()
+        else:
+            order, lps, logq = sample_children(logits[row], n_kids, temperature, gen)
             t.q[par] = (ids_map, logq.exp())
+            toks = order.tolist() if ids_map is None else ids_map[order].tolist()
+            lps = lps.tolist()
         base = 0.0 if par < 0 else t.score[par]
-        for c, lp in zip(kids.tolist(), lps.tolist()):
-            tok = c if ids_map is None else int(ids_map[c])
-            new.append(t.add(tok, par, lp, base + lp))
+        new += [t.add(tok, par, lp, base + lp) for tok, lp in zip(toks, lps)]
     return new
 
 

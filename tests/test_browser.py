@@ -32,6 +32,17 @@ FIRST_STEP_JS = """() => {
 }"""
 
 
+# Logs every change of the status note with its time since the click: [[seconds, text], ...].
+NOTE_LOG_JS = """() => {
+  window.__clickAt = performance.now();
+  window.__notes = [];
+  const note = document.querySelector('#source-note');
+  new MutationObserver(() => window.__notes.push([(performance.now() - window.__clickAt) / 1000,
+                                                   note.innerText.slice(0, 40)]))
+    .observe(note, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,7 +102,7 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     box = page.get_by_label("number input for Max new tokens")
     box.fill(str(RUN_TOKENS))
     box.press("Enter")
-    page.evaluate("window.__clickAt = performance.now()")
+    page.evaluate(NOTE_LOG_JS)
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
     page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
@@ -103,10 +114,14 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     assert page.locator("#downloads a").count() >= 2
     page.screenshot(path=str(ART / "run-desktop.png"), full_page=True)
     stats = dict(app.LAST_RUN_STATS)
-    metrics = {"first_step_latency_s": round(first, 3), "click_to_done_s": round(total, 3),
+    notes = page.evaluate("window.__notes")
+    starting = next((s for s, txt in notes if "Starting" in txt), None)
+    metrics = {"first_step_latency_s": round(first, 3), "click_to_handler_start_s": starting and round(starting, 3), "click_to_done_s": round(total, 3),
                "engine_s": round(stats["gen_s"], 3), "server_render_s": round(stats["render_s"], 3),
                "server_render_overhead": round(stats["render_s"] / stats["gen_s"], 3),
-               "end_to_end_overhead": round(total / stats["gen_s"] - 1, 3), "steps": stats["steps"]}
+               "server_handler_s": round(stats.get("handler_s", 0), 3),
+               "end_to_end_overhead": round(total / stats["gen_s"] - 1, 3), "steps": stats["steps"],
+               "note_timeline": [[round(s, 2), txt] for s, txt in notes]}
     (ART / "browser-metrics.json").write_text(json.dumps(metrics, indent=2))
     print("browser metrics:", metrics)
     assert first < 10, f"first streamed step took {first:.1f}s"
@@ -118,4 +133,22 @@ def test_phone_layout(browser, url):
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     page.screenshot(path=str(ART / "example-phone.png"), full_page=True)
     assert overflow <= 2, f"page scrolls sideways on a phone by {overflow}px"
+    page.close()
+
+
+@needs_pipeline
+def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
+    page = open_page(browser, url)
+    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
+    box = page.get_by_label("number input for Max new tokens")
+    box.fill(str(RUN_TOKENS))
+    box.press("Enter")
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-methods").get_by_label("frspec").uncheck()
+    page.locator("#compare-btn").click()
+    page.wait_for_selector("#compare-table .badge-ok", timeout=300_000)
+    assert page.locator("#compare-table tr").count() == 3  # header + ar + nanospec
+    assert page.locator("#compare-texts .compare-col-title").count() == 2
+    assert page.locator("#compare-plot .js-plotly-plot .scatterlayer .trace").count() == 2
+    page.screenshot(path=str(ART / "compare-desktop.png"), full_page=True)
     page.close()

@@ -75,3 +75,10 @@ def test_tie_tolerance_only_applies_at_a_near_tie():
     c = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, 0.5])]
     assert compare_to_ar(b, a)["identical"] and compare_to_ar(b, a)["tie"]
     assert not compare_to_ar(c, a)["identical"]
+
+
+@pytest.mark.parametrize("method", ["nanospec", "slimspec", "nanoslim"])
+def test_triton_backend_under_the_interpreter_stays_lossless(tiny_target, method):
+    ar = run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=16))
+    cfg = SpecConfig(method=method, backend="triton", max_new_tokens=16, w_max=48, rank=16)
+    assert compare_to_ar(run(tiny_target, tiny_target, cfg), ar)["identical"]
