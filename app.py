@@ -631,7 +631,8 @@ def _compare_tab() -> dict:
     examples = example_prompts()
     c["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=3,
                              info="The same prompt runs once per method (settings from the Run tab).")
-    c["methods"] = gr.CheckboxGroup([m for m in METHODS], value=["ar", "frspec", "nanospec"], label="Methods", elem_id="compare-methods",
+    c["methods"] = gr.CheckboxGroup(list(METHODS), value=["ar", "frspec", "nanospec"], label="Methods",
+                                    elem_id="compare-methods",
                                     info="ar gives the speedup baseline and the lossless check.")
     with gr.Row():
         c["run"] = gr.Button("Compare", variant="primary", elem_id="compare-btn")

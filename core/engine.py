@@ -64,8 +64,9 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     yield rec
     step = 0
     while left > 0 and not rec.finished:
-        if should_stop():
-            rec.cut = "stopped"
+        reason = should_stop()  # truthy = stop now; a string says why ("stopped", "time limit", ...)
+        if reason:
+            rec.cut = reason if isinstance(reason, str) else "stopped"
             break
         step += 1
         t0 = time.perf_counter()

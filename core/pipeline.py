@@ -3,6 +3,7 @@
 The app, the CLI and the benchmarks all go through here, so they see the same engine and trace.
 """
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -121,11 +122,20 @@ class Pipeline:
     def decode_tokens(self, ids) -> list:
         return [self.tokenizer.decode([int(i)]) for i in ids]
 
-    def run(self, prompt: str, cfg: SpecConfig, chat=True, should_stop=lambda: False, prompt_ids=None):
-        """Stream StepRecords for one generation (one run at a time per pipeline: runners hold caches)."""
+    def run(self, prompt: str, cfg: SpecConfig, chat=True, should_stop=lambda: False, prompt_ids=None,
+            max_seconds=None):
+        """Stream StepRecords for one generation (one run at a time per pipeline: runners hold caches).
+        max_seconds: wall-clock cap from the start of generation; the run ends with what it produced,
+        its last record marked cut="time limit"."""
         cfg.validate(self.vocab_size, self.drafter.d)
         ids = prompt_ids if prompt_ids is not None else self.prompt_ids(prompt, chat)
         head = self.build_head(cfg)
         with self.lock:
+            t0 = time.monotonic()
+
+            def stop():
+                if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                    return "time limit"
+                return should_stop()
             yield from generate(self.target, self.drafter, head, ids, cfg, self.eos_ids(), self.fr_rank,
-                                self.tokenizer.decode, should_stop)
+                                self.tokenizer.decode, stop)

@@ -152,3 +152,13 @@ def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     assert page.locator("#compare-plot .js-plotly-plot .scatterlayer .trace").count() == 2
     page.screenshot(path=str(ART / "compare-desktop.png"), full_page=True)
     page.close()
+
+
+def test_empty_prompt_shows_a_message_not_a_traceback(browser, url):
+    page = open_page(browser, url)
+    page.locator("#prompt-box textarea").fill("   ")
+    page.locator("#run-btn").click()
+    page.wait_for_selector("#source-note .error-box", timeout=60_000)
+    assert "prompt is empty" in page.locator("#source-note").inner_text()
+    assert "Traceback" not in page.content()
+    page.close()

@@ -82,3 +82,12 @@ def test_triton_backend_under_the_interpreter_stays_lossless(tiny_target, method
     ar = run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=16))
     cfg = SpecConfig(method=method, backend="triton", max_new_tokens=16, w_max=48, rank=16)
     assert compare_to_ar(run(tiny_target, tiny_target, cfg), ar)["identical"]
+
+
+def test_a_stop_request_ends_the_run_marked_with_its_reason(tiny_target):
+    target, drafter = EagerRunner(tiny_target), ModelDrafter(EagerRunner(tiny_target))
+    cfg = SpecConfig(method="full", max_new_tokens=40)
+    calls = iter([False, False, "time limit"])
+    recs = list(generate(target, drafter, build_head("full", drafter.head_weight, cfg), PROMPT, cfg,
+                         should_stop=lambda: next(calls)))
+    assert recs[-1].cut == "time limit" and len(recs) == 3

@@ -69,14 +69,24 @@ def timing_fig(records: list, step: int | None = None) -> go.Figure:
 
 
 def compare_coverage_fig(runs: dict) -> go.Figure:
-    """One cumulative-coverage line per method: runs = {method: [record dicts]}."""
+    """One cumulative-coverage line per method against tokens generated (steps differ between methods)."""
     traces = []
     for method, records in runs.items():
         steps = [r for r in records if r.get("kind") in ("step", "ar")]
         y = running_mean([[_in_vocab_or_full(method, v) for v in r.get("emitted_in_vocab", []) or
                            [True] * len(r.get("emitted", []))] for r in steps])
-        traces.append(_line([r["step"] for r in steps], y, method, METHOD_COLORS.get(method, "#000")))
-    return _figure("Coverage by method (cumulative)", "step", "coverage %", traces, None, yrange=[0, 104])
+        x = _cumsum([len(r.get("emitted", [])) for r in steps])
+        traces.append(_line(x, y, method, METHOD_COLORS.get(method, "#000")))
+    return _figure("Coverage by method (cumulative)", "tokens generated", "coverage %", traces, None,
+                   yrange=[0, 104])
+
+
+def _cumsum(xs) -> list:
+    out, tot = [], 0
+    for v in xs:
+        tot += v
+        out.append(tot)
+    return out
 
 
 def figures_html(figs: list, title: str = "SpecLens plots") -> str:

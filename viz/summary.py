@@ -22,7 +22,7 @@ def summary_cards(summary: dict, method: str = "", baseline: dict | None = None,
     cards = [("tokens/s", f"{summary.get('tokens_per_s', 0):.1f}", "new tokens per second of wall time"),
              ("mean acceptance", f"{summary.get('mean_accept_len', 0):.2f}", "tokens emitted per target pass (τ)"),
              ("mean |I_t|", _int(summary.get("mean_active_vocab")), "size of the active draft vocabulary"),
-             ("coverage", f"{100 * summary.get('coverage', 0):.1f}%", "emitted tokens inside the draft vocabulary"),
+             ("coverage", _coverage(summary, method), "emitted tokens inside the draft vocabulary"),
              ("LM-head share", "—" if share is None else f"{100 * share:.0f}%", "LM head / all drafting time"),
              ("speedup vs AR", "—" if sp is None else f"{sp:.2f}×",
               "needs a plain-decoding (ar) run of the same prompt" if sp is None else "tokens/s ÷ plain decoding tokens/s")]
@@ -51,7 +51,12 @@ def _cut(cut: str) -> str:
 
 
 def _int(v) -> str:
-    return "—" if v is None else f"{v:,.0f}"
+    """Counts; 0 means "not measured" here (no dynamic vocabulary), shown as a dash."""
+    return "—" if not v else f"{v:,.0f}"
+
+
+def _coverage(s: dict, method: str) -> str:
+    return "—" if method == "ar" or not s.get("steps") else f"{100 * s.get('coverage', 0):.1f}%"
 
 
 def compare_table(rows: list) -> str:
@@ -71,6 +76,6 @@ def _compare_row(r) -> str:
     ll = r.get("lossless")
     cells = [f"<b>{esc(r['method'])}</b>", f"{s.get('tokens_per_s', 0):.1f}", "—" if sp is None else f"{sp:.2f}×",
              f"{s.get('mean_accept_len', 0):.2f}", _int(s.get("mean_active_vocab")),
-             f"{100 * s.get('coverage', 0):.1f}%", "—" if share is None else f"{100 * share:.0f}%",
+             _coverage(s, r["method"]), "—" if share is None else f"{100 * share:.0f}%",
              "—" if ll is None else lossless_badge(ll)]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
