@@ -2,7 +2,8 @@
 
 Writes DIR/runs.jsonl (one line per finished prompt × method; rerunning skips them), DIR/steps.csv
 and DIR/summary.csv (per category × method, plus `all`). Speedups are ratios to the plain AR run
-of the same prompts on the same runtime in the same process.
+of the same prompts on the same runtime in the same process. `--figures DIR` runs the paper
+experiments instead (core/paper.py: figures, tables, report.md).
 """
 import argparse
 import csv
@@ -27,12 +28,34 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="python -m core bench", description="benchmark methods over prompt files")
     p.add_argument("--prompts", nargs="+", default=None, help="Spec-Bench / HumanEval / SpecLens JSONL files")
     p.add_argument("--methods", default="ar,full,frspec,nanospec,slimspec,nanoslim")
-    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category (--figures: 2 unless given)")
+    p.add_argument("--figures", default=None, help="run the paper experiments; write figures, CSVs, report.md here")
+    p.add_argument("--sweep-prompts", type=int, default=3,
+                   help="--figures: prompts (one per category, in order) for the FR size / W_max / ablation sweeps")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 avoids oversubscription)")
+    p.add_argument("--no-png", dest="png", action="store_false", help="--figures: skip the PNG files")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--compare-ar", action="store_true", help="check greedy losslessness against AR")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", default=None, help="results directory (required unless --figures)")
     add_engine_args(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not (args.out or args.figures):
+        p.error("--out is required (or --figures DIR)")
+    return args
+
+
+def select_prompts(args) -> list:
+    """Prompts of --prompts (default: the shipped set), only --categories, at most --limit per category."""
+    from core.prompts import DEFAULT_PROMPTS, load_prompts
+    cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    prompts, seen = [], {}
+    for p in load_prompts(args.prompts or [DEFAULT_PROMPTS], categories=cats):
+        seen[p.category] = seen.get(p.category, 0) + 1
+        if args.limit is None or seen[p.category] <= args.limit:
+            prompts.append(p)
+    if not prompts:
+        raise SpecError("no prompts to run (check --prompts / --categories)")
+    return prompts
 
 
 def methods_of(text) -> list:
@@ -58,11 +81,11 @@ def open_out(out: Path, settings: dict) -> dict:
                 row = json.loads(line)
             except json.JSONDecodeError:  # a line cut by an interruption
                 continue
-            done[(row["prompt_id"], row["method"])] = row
+            done[(row["prompt_id"], row.get("variant", row["method"]))] = row
     return done
 
 
-def run_row(pipe, prompt, cfg, ar_records=None) -> tuple:
+def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
     t0 = time.perf_counter()
     records = list(pipe.run(prompt.text, cfg))
     wall = time.perf_counter() - t0
@@ -75,11 +98,25 @@ def run_row(pipe, prompt, cfg, ar_records=None) -> tuple:
            "draft_calls": sum(r.tree.get("head_calls", 0) for r in steps),
            "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
            "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
-           "identical": None if ar_records is None else compare_to_ar(records, ar_records)["identical"]}
+           "identical": None if ar_records is None else compare_to_ar(records, ar_records)["identical"],
+           "variant": variant or cfg.method, "trace": step_trace(records)}
     step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
                   "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
                   "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
     return row, step_rows, records
+
+
+def step_trace(records) -> dict:
+    """What the paper figures need per run: per decode step |I_t|, emitted and covered counts,
+    the FR-Spec rank of every emitted token, and stream entries by source."""
+    steps = [r for r in records if r.kind != "prefill"]
+    sources = {}
+    for r in records:
+        for _, src in r.stream.get("entered", []):
+            sources[src] = sources.get(src, 0) + 1
+    return {"active": [r.stream["active"] for r in steps], "emitted": [len(r.emitted) for r in steps],
+            "covered": [sum(r.emitted_in_vocab) for r in steps],
+            "fr_rank": [k for r in steps for k in r.emitted_fr_rank], "sources": sources}
 
 
 def summarize_rows(rows: list) -> list:
@@ -119,17 +156,14 @@ def write_csv(path: Path, cols, rows) -> None:
 
 def run_bench(args) -> list:
     from tqdm import tqdm
-    from core.prompts import DEFAULT_PROMPTS, load_prompts
     methods = methods_of(args.methods)
-    cats = args.categories.split(",") if args.categories else None
-    prompts = load_prompts(args.prompts or [DEFAULT_PROMPTS], limit=args.limit, categories=cats)
-    if not prompts:
-        raise SpecError("no prompts to run (check --prompts / --categories)")
+    prompts = select_prompts(args)
     cfgs = {m: config_from(args, m) for m in methods}
     out = Path(args.out)
     settings = {"model": args.model, "draft": args.draft, "runtime": args.runtime, "prompts": [p.id for p in prompts],
                 "configs": {m: c.to_dict() for m, c in cfgs.items()}}
     done = open_out(out, settings)
+    set_threads(args)
     pipe = load_pipeline(args)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
         list(pipe.run(prompts[0].text, cfgs[m].__class__(**{**cfgs[m].to_dict(), "max_new_tokens": 4})))
@@ -155,6 +189,12 @@ def run_bench(args) -> list:
     return summary
 
 
+def set_threads(args) -> None:
+    if getattr(args, "threads", None):
+        import torch
+        torch.set_num_threads(args.threads)
+
+
 def _read_steps(path: Path) -> list:
     if not path.exists():
         return []
@@ -164,6 +204,11 @@ def _read_steps(path: Path) -> list:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.figures:
+        from core.paper import run_paper
+        paths = run_paper(args)
+        print("\n".join(f"wrote {p}" for p in paths.values()), file=sys.stderr)
+        return 0
     summary = run_bench(args)
     print_table(summary)
     print(f"\nwrote {args.out}/summary.csv, steps.csv, runs.jsonl", file=sys.stderr)

@@ -106,7 +106,7 @@ class EagleHead(nn.Module):
         kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
         if mask is None:
             S = kk.shape[2] - T
-            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(x.dtype)[None, None]
+            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(x.device, x.dtype)[None, None]
         rep = q.shape[1] // k.shape[1]
         a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
         x = x + attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
@@ -228,7 +228,7 @@ class Eagle3Head(nn.Module):
         kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
         if mask is None:
             S = kk.shape[2] - T
-            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(g.dtype)[None, None]
+            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(g.device, g.dtype)[None, None]
         rep = q.shape[1] // k.shape[1]
         a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
         h = g + m.self_attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
@@ -263,6 +263,7 @@ class EagleDrafter:
         self.head_weight = head_weight     # the target's LM head W [V, d]: the default draft LM head
         self.d = head.d
         self.dtype = head.fc.weight.dtype
+        self.device = head.fc.weight.device
         self.reset()
 
     def reset(self):
@@ -283,7 +284,7 @@ class EagleDrafter:
     def prefill(self, prompt_ids, first, feats):
         """prompt_ids [n], first: the target's token after the prompt, feats [n, d]. Entries (f_j, x_{j+1})."""
         self.reset()
-        nxt = torch.cat([prompt_ids.view(-1)[1:], torch.tensor([int(first)])])
+        nxt = torch.cat([prompt_ids.view(-1)[1:].cpu(), torch.tensor([int(first)])])
         return self.extend(nxt, feats)
 
     @torch.no_grad()
@@ -292,10 +293,10 @@ class EagleDrafter:
         (one row): it drafts the children of the newest token."""
         self.rollback()
         m = next_ids.numel()
-        feats = self.head.target_in(feats.to(self.dtype))
-        pos = torch.arange(self.next_pos, self.next_pos + m)
+        feats = self.head.target_in(feats.to(self.device, self.dtype))
+        pos = torch.arange(self.next_pos, self.next_pos + m, device=self.device)
         past = None if self.k is None else (self.k, self.v)
-        out, (k, v) = self.head(feats.view(1, m, -1).to(self.dtype), next_ids.view(1, m), pos.view(1, m), past=past)
+        out, (k, v) = self.head(feats.view(1, m, -1), next_ids.view(1, m).to(self.device), pos.view(1, m), past=past)
         self.k = k if self.k is None else torch.cat([self.k, k], 2)
         self.v = v if self.v is None else torch.cat([self.v, v], 2)
         self.next_pos += m
@@ -311,8 +312,9 @@ class EagleDrafter:
         vis = torch.cat([torch.ones(k, self.n_committed, dtype=torch.bool), mask.to(torch.bool)], 1)
         past_k = self.k if self.pk is None else torch.cat([self.k, self.pk], 2)
         past_v = self.v if self.pv is None else torch.cat([self.v, self.pv], 2)
-        am = float_mask(vis).to(self.dtype)[None, None]
-        out, (nk, nv) = self.head(feat.view(1, k, -1).to(self.dtype), ids.view(1, k), pos.view(1, k), am, (past_k, past_v))
+        am = float_mask(vis).to(self.device, self.dtype)[None, None]
+        out, (nk, nv) = self.head(feat.view(1, k, -1).to(self.dtype), ids.view(1, k).to(self.device),
+                                  pos.view(1, k).to(self.device), am, (past_k, past_v))
         self.pk = nk if self.pk is None else torch.cat([self.pk, nk], 2)
         self.pv = nv if self.pv is None else torch.cat([self.pv, nv], 2)
         return DraftState(self.head.head_in(out[0]), out[0])

@@ -6,6 +6,7 @@ with this thread's CPU time instead of the wall clock: with `--threads 1` that d
 descheduled on a loaded machine (cache and memory-bandwidth contention still count).
 """
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -101,11 +102,13 @@ def pass_table(times: dict, names, sizes) -> list:
 
 # ---------------------------------------------------------------- full-head GEMV
 
-def bench_head(model, fast: FastRunner, reps: int) -> dict:
+def bench_head(model, runners: dict, reps: int) -> dict:
+    """n = 1 full-vocab logits: transformers' F.linear(x, W) and each fast runner's `logits`."""
     W = model.get_output_embeddings().weight.detach()
     x = torch.randn(1, W.shape[1], dtype=W.dtype)
     gb = W.numel() * W.element_size() / 1e9
-    runs = {"eager F.linear(x, W)": lambda: F.linear(x, W), "fast x @ W^T (contiguous)": lambda: fast.logits(x)}
+    runs = {"eager F.linear(x, W)": lambda: F.linear(x, W)}
+    runs.update({f"{k}.logits": (lambda r=r: r.logits(x)) for k, r in runners.items() if k != "eager"})
     ms = {k: [] for k in runs}
     for _ in range(reps * 3):
         for k, fn in runs.items():
@@ -173,20 +176,22 @@ def main(argv=None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     t_load, (model, tok) = clock(lambda: load_model(a.model))
-    t_build, fast = clock(lambda: FastRunner(model, tok, FastConfig(share_weights=False)))
+    t_build, fast = clock(lambda: FastRunner(model, tok, FastConfig(layout="blocked")))
+    plain = FastRunner(copy.deepcopy(model), tok, FastConfig(layout="plain"))  # rebinds its model's params
     eager = EagerRunner(model, tok)
     TIMER = time.thread_time if a.clock == "cpu" else time.perf_counter
-    runners = {"eager": eager, "fast": fast}
+    runners = {"eager": eager, "fast": fast, "fast-plain": plain}
     print(f"# bench-runtime: {a.model}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"cache {a.cache}, reps {a.reps}, clock {a.clock}")
-    print(f"load {t_load / 1e3:.1f} s; fast runner build (re-layout) {t_build / 1e3:.2f} s (wall), no compile step\n")
+    print(f"load {t_load / 1e3:.1f} s; fast runner build (blocked re-layout) {t_build / 1e3:.2f} s (wall), "
+          "no compile step\nfast = blocked layout (default), fast-plain = plain layout shared with transformers\n")
     ids = torch.randint(3, fast.vocab_size, (a.cache + 64,), generator=torch.Generator().manual_seed(0))
     sizes = [int(s) for s in a.sizes.split(",")]
     times = bench_passes(runners, ids, a)
     print(f"## target pass ms (min over {a.reps}), cache {a.cache}")
     print("\n".join(pass_table(times, list(runners), sizes)))
     print("\n## full-head GEMV (n=1)\n| layout | ms (min) | GB/s (min) | GB/s (median) |\n|---|---|---|---|")
-    head = bench_head(model, fast, a.reps)
+    head = bench_head(model, runners, a.reps)
     for k, (ms, gbs, gbs_med) in head.items():
         print(f"| {k} | {ms:.2f} | {gbs:.1f} | {gbs_med:.1f} |")
     rate, toks, same, n_p = bench_decode(model, tok, runners, a)

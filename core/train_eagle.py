@@ -255,7 +255,7 @@ def ttt_mask(L, s):
 
 
 def shift(x, s, fill=0):
-    """x[:, s:] padded at the end back to length x.shape[1] - 1 + 1 - s... -> [B, L] with L = T - 1."""
+    """x [B, T, ...] -> x[:, s:s+L] padded at the end with `fill` to L = T - 1 rows."""
     L = x.shape[1] - 1
     out = x[:, s:s + L]
     if out.shape[1] < L:
@@ -543,9 +543,10 @@ def main(argv=None):
     for p in model.parameters():
         p.requires_grad_(False)
     ev, tr = split_pairs(cfg)
-    model.to(getattr(torch, cfg.cache_dtype))
-    build_cache(model, tok, cfg, tr)
-    model.float()
+    build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, tr)
+    model, tok = load_target(cfg.target)  # the exact fp32 target again (a bf16 round trip would round W)
+    for p in model.parameters():
+        p.requires_grad_(False)
     if cache_only:
         return 0
     return train(model, tok, cfg, ev)

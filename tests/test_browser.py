@@ -162,3 +162,22 @@ def test_empty_prompt_shows_a_message_not_a_traceback(browser, url):
     assert "prompt is empty" in page.locator("#source-note").inner_text()
     assert "Traceback" not in page.content()
     page.close()
+
+
+@needs_pipeline
+def test_stop_cancels_and_the_next_run_works(browser, url):
+    page = open_page(browser, url)
+    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
+    box = page.get_by_label("number input for Max new tokens")
+    box.fill("128")
+    box.press("Enter")
+    page.locator("#run-btn").click()
+    page.wait_for_selector("#source-note :text('Generating')", timeout=120_000)
+    page.locator("#stop-btn").click()
+    page.wait_for_timeout(1500)
+    assert "your run" not in page.locator("#source-note").inner_text()
+    box.fill(str(RUN_TOKENS))
+    box.press("Enter")
+    page.locator("#run-btn").click()  # the pipeline was released: a new run completes
+    page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
+    page.close()

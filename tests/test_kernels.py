@@ -122,10 +122,11 @@ def tie_free_logits(n, k, dtype, seed):
 
 @interpreted
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n,k,topk,mapped", [(1, 300, 8, True), (3, 129, 5, False), (2, 40, 40, True)])
+@pytest.mark.parametrize("n,k,topk,mapped", [(1, 300, 8, True), (3, 129, 5, False), (2, 40, 40, True),
+                                            (2, 4500, 4, False)])  # 4500: several interpreter tiles
 def test_head_epilogue_is_log_softmax_top_k_remapped(dtype, n, k, topk, mapped):
     logits = tie_free_logits(n, k, dtype, seed=k) if dtype == torch.bfloat16 else rand(n, k, seed=k) * 3
-    ids_map = torch.randperm(3000)[:k] if mapped else None
+    ids_map = torch.randperm(max(3000, k))[:k] if mapped else None
     top_ids, top_logp = kernels.head_epilogue(logits, ids_map, topk, "triton")
     ref_ids, ref_logp = kernels.head_epilogue_torch(logits, ids_map, topk)
     assert top_ids.dtype == torch.long and top_logp.dtype == torch.float32

@@ -59,10 +59,11 @@ def path(parents, i) -> list:
     return out[::-1]
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "gemma3"])
-def test_prefill_tree_commit_match_transformers(kind):
+@pytest.mark.parametrize("kind,layout", [("llama", "blocked"), ("llama", "plain"), ("qwen2", "blocked"),
+                                         ("qwen3", "blocked"), ("gemma3", "blocked"), ("gemma3", "plain")])
+def test_prefill_tree_commit_match_transformers(kind, layout):
     model = tiny_variant(kind)
-    runner = FastRunner(model, None, FastConfig(max_len=16))  # small: the tree step forces a regrow
+    runner = FastRunner(model, None, FastConfig(max_len=16, layout=layout))  # small: the tree step regrows
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(3, 512, (12,), generator=g).tolist()
     nodes = torch.randint(3, 512, (4,), generator=g).tolist()
@@ -103,10 +104,13 @@ def test_shared_weights_leave_transformers_unchanged():
     model = tiny_variant("qwen2")
     ids = list(range(3, 20))
     before = ref_logits(model, ids)
-    runner = FastRunner(model, None, FastConfig(share_weights=True))
+    runner = FastRunner(model, None, FastConfig(layout="plain"))
     torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
     layer = model.model.layers[0].self_attn
     assert layer.q_proj.weight.data_ptr() == runner.layers[0]["wqkv"].data_ptr()
+    blocked = FastRunner(model)  # the default layout leaves the model alone and blocks every matrix
+    assert blocked.layers[0]["wgu"].dim() == 3 and blocked.head_t.dim() == 3
+    torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
 
 
 def greedy(runner, prompt, n_new):
@@ -178,8 +182,9 @@ def test_default_model_short():
     assert_same_greedy(model, greedy(runner, prompt, 4), hf_greedy(model, prompt, 4), prompt)
 
 
-def test_second_runner_reuses_shared_weights():
+@pytest.mark.parametrize("layout", ["blocked", "plain"])
+def test_second_runner_reuses_weights(layout):
     model = tiny_variant("llama")
-    a, b = FastRunner(model), FastRunner(model)
+    a, b = FastRunner(model, None, FastConfig(layout=layout)), FastRunner(model, None, FastConfig(layout=layout))
     assert a.head_t.data_ptr() == b.head_t.data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
-    assert a.layers[1]["wgu"].data_ptr() == model.model.layers[1].mlp.gate_proj.weight.data_ptr()
+    assert a.layers[1]["wgu"].data_ptr() == b.layers[1]["wgu"].data_ptr()

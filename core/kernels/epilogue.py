@@ -16,7 +16,7 @@ from core.kernels import jit, use_triton
 tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_K=1024, num_warps=4), dict(BLOCK_K=2048, num_warps=8), dict(BLOCK_K=4096, num_warps=8)]
-INTERPRETER_CONFIG = dict(BLOCK_K=128)
+INTERPRETER_CONFIG = dict(BLOCK_K=2048)  # few, large tiles: the interpreter pays per tile
 
 
 def head_epilogue_kernel(logits, ids_map, top_ids, top_logp, k, topk, stride_l, stride_o,

@@ -17,7 +17,7 @@ GPU_CONFIGS = [dict(BLOCK_K=64, BLOCK_D=128, num_warps=4, num_stages=3),
                dict(BLOCK_K=128, BLOCK_D=64, num_warps=4, num_stages=4),
                dict(BLOCK_K=128, BLOCK_D=128, num_warps=8, num_stages=3),
                dict(BLOCK_K=32, BLOCK_D=256, num_warps=4, num_stages=3)]
-INTERPRETER_CONFIG = dict(BLOCK_K=64, BLOCK_D=32)
+INTERPRETER_CONFIG = dict(BLOCK_K=1024, BLOCK_D=64)  # few, large programs: the interpreter pays per program
 
 
 def gathered_gemm_kernel(h, W, idx, out, n, k, d, stride_h, stride_w, stride_out,
