@@ -28,9 +28,9 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="python -m core bench", description="benchmark methods over prompt files")
     p.add_argument("--prompts", nargs="+", default=None, help="Spec-Bench / HumanEval / SpecLens JSONL files")
     p.add_argument("--methods", default="ar,full,frspec,nanospec,slimspec,nanoslim")
-    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category (--figures: 2 unless given)")
+    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category (--figures: 1 unless given)")
     p.add_argument("--figures", default=None, help="run the paper experiments; write figures, CSVs, report.md here")
-    p.add_argument("--sweep-prompts", type=int, default=3,
+    p.add_argument("--sweep-prompts", type=int, default=1,
                    help="--figures: prompts (one per category, in order) for the FR size / W_max / ablation sweeps")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 avoids oversubscription)")
     p.add_argument("--no-png", dest="png", action="store_false", help="--figures: skip the PNG files")

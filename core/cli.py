@@ -27,6 +27,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--shape", default=d.shape, choices=SHAPES)
     p.add_argument("--window", default=d.window, choices=WINDOWS)
+    p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
     for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma", "seed"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
@@ -37,7 +38,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args, method: str) -> SpecConfig:
-    keys = ("shape", "window", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
+    keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
             "seed", "max_new_tokens", "temperature", "top_p", "backend")
     return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
 

@@ -8,6 +8,7 @@ SHAPES = ("tree", "chain")
 WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
+SOURCES = ("prompt", "prefill", "draft", "verify")
 
 # server-side bounds (issue 7): generous for the CLI, the UI clamps further
 MAX_NEW_TOKENS = 4096
@@ -20,6 +21,7 @@ class SpecConfig:
     method: str = "nanospec"
     shape: str = "tree"
     window: str = "suffix"  # suffix: Unique(Suffix(S, W_max)); fifo: released code's FIFO of unique ids
+    sources: str = "prompt,prefill,draft,verify"  # which chunks enter S (ablations: context / extension only)
     w_max: int = 3072
     k_pre: int = 3
     k_ver: int = 3
@@ -41,6 +43,8 @@ class SpecConfig:
         _choice("shape", self.shape, SHAPES)
         _choice("window", self.window, WINDOWS)
         _choice("backend", self.backend, BACKENDS)
+        for src in self.source_set():
+            _choice("source", src, SOURCES)
         _bound("w_max", self.w_max, 1, MAX_W_MAX)
         _bound("k_pre", self.k_pre, 0, 64)
         _bound("k_ver", self.k_ver, 0, 64)
@@ -57,6 +61,9 @@ class SpecConfig:
         if d is not None and not (0 <= self.rank <= d):
             raise SpecError(f"rank must be in [1, {d}] (0 = d/8), got {self.rank}")
         return self
+
+    def source_set(self) -> set:
+        return {x.strip() for x in self.sources.split(",") if x.strip()}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,8 +17,9 @@ from core.stream import CandidateStream, StreamEvent
 
 
 class DraftHead:
-    def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch"):
-        self.name, self.rows, self.down, self.stream = name, rows, down, stream
+    def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
+                 sources=("prompt", "prefill", "draft", "verify")):
+        self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
         self.vocab_size = rows.shape[0]
         self.static_ids = static_ids
@@ -63,7 +64,7 @@ class DraftHead:
         if self.stream is None:
             return None
         top = _topk_ids(prefill_logits, self.k_pre)
-        return self._apply(self.stream.append([(prompt_ids, "prompt"), (top, "prefill")]), timer)
+        return self._apply(self.stream.append(self._chunks([(prompt_ids, "prompt"), (top, "prefill")])), timer)
 
     def on_verify(self, tree_ids, verify_logits, timer=None) -> StreamEvent | None:
         """S ← S ⊕ C_draft (unique draft-tree ids) ⊕ C_ver (top-K_ver of the verify logits)."""
@@ -71,7 +72,11 @@ class DraftHead:
             return None
         c_draft = torch.unique(torch.as_tensor(tree_ids, dtype=torch.long)) if len(tree_ids) else _empty()
         c_ver = _topk_ids(verify_logits, self.k_ver)
-        return self._apply(self.stream.append([(c_draft, "draft"), (c_ver, "verify")]), timer)
+        return self._apply(self.stream.append(self._chunks([(c_draft, "draft"), (c_ver, "verify")])), timer)
+
+    def _chunks(self, chunks) -> list:
+        """Only the enabled sources enter S (source ablations)."""
+        return [(ids, src) if src in self.sources else (_empty(), src) for ids, src in chunks]
 
     def _apply(self, ev: StreamEvent, timer=None) -> StreamEvent:
         """Repack: buf[slots] = R[ids] for the rows that entered or moved (the "gather" time)."""
@@ -111,4 +116,4 @@ def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> Draft
         raise SpecError("frspec needs a frequency table (python -m core freq)")
     stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
     static = fr_ids if method == "frspec" else None
-    return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend)
+    return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend, cfg.source_set())

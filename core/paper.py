@@ -20,7 +20,7 @@ from core import bench
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
 
-DEFAULT_LIMIT = 2  # prompts per category when --limit is not given: the grid fits ~30 min on a CPU
+DEFAULT_LIMIT = 1  # prompts per category when --limit is not given (the grid must fit ~30 min on a CPU)
 FR_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 W_MAXES = (512, 1024, 2048, 3072, 4096, 8192)
 ABLATIONS = {  # variant -> (SpecConfig overrides, what S receives)
@@ -28,9 +28,9 @@ ABLATIONS = {  # variant -> (SpecConfig overrides, what S receives)
     "nanospec_kpre0": ({"k_pre": 0}, "prompt + draft + verify (no prefill top-k)"),
     "nanospec_kver0": ({"k_ver": 0}, "prompt + prefill + draft (no verify top-k)"),
     "nanospec_kpre0_kver0": ({"k_pre": 0, "k_ver": 0}, "prompt + draft"),
+    "nanospec_context": ({"sources": "prompt,prefill"}, "context only: prompt + prefill top-K_pre"),
+    "nanospec_extension": ({"sources": "draft,verify"}, "extension only: draft + verify top-K_ver"),
 }
-PENDING = {"context only": "prompt + prefill (k_ver=0 and no draft ids): needs a knob to drop draft ids",
-           "extension only": "draft + verify (no prompt/prefill): needs a knob to drop the prompt"}
 SPEED_COLS = ["category", "method", "n_prompts", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
               "mean_active_vocab", "coverage"]
 LATENCY_COLS = ["method", "draft_steps", "backbone_ms", "gather_ms", "lm_head_ms", "total_ms", "verify_ms_per_step"]
@@ -179,14 +179,16 @@ def latency_table(rows) -> list:
 
 
 def oracle_table(rows, ids, vocab_size, base_fr_size) -> list:
-    """Fig. 1a on the sweep prompts. Per step (ms): T_verify = verify + other of the Full run,
-    T_draft(V′) = backbone + head + gather of the V′ run; oracle = ᾱ_full / (T_verify + T_draft(V′)),
-    actual = τ(V′) / T_step(V′). At V′ = V (the Full run itself) they coincide."""
+    """Fig. 1a on the sweep prompts. Per step (ms), from the Full run: T_verify = verify + other,
+    T_draft(V′) = backbone + gather + (head ms per call at V′) × (head calls per step), so only the
+    head's cost moves with V′ (the backbone's timing noise stays out of the oracle);
+    oracle = ᾱ_full / (T_verify + T_draft(V′)), actual = τ(V′) / T_step(V′), measured. Equal at V′ = V."""
     full = _of(rows, "full", ids)
     if not full:
         return []
     af = _agg(full)
     t_verify = (af["t"]["verify"] + af["t"]["other"]) / af["steps"]
+    t_body = (af["t"]["draft_backbone"] + af["t"]["gather"]) / af["steps"]
     out = []
     sizes = [(f"frspec_v{k}", k) for k in FR_SIZES] + [("frspec", base_fr_size), ("full", vocab_size)]
     for name, size in sizes:
@@ -194,7 +196,7 @@ def oracle_table(rows, ids, vocab_size, base_fr_size) -> list:
         if not g or (name != "full" and size >= vocab_size):  # V′ ≥ V is the full head again
             continue
         a = _agg(g)
-        t_draft = (a["t"]["draft_backbone"] + a["t"]["lm_head"] + a["t"]["gather"]) / a["steps"]
+        t_draft = t_body + a["t"]["lm_head"] / a["draft_calls"] * af["draft_calls"] / af["steps"]
         out.append({"vocab_size": size, "variant": name, "mean_accept_len": round(a["tau"], 3),
                     "t_verify_ms": round(t_verify, 3), "t_draft_ms": round(t_draft, 3),
                     "actual_tps": round(1000 * a["tau"] / (a["t_total"] / a["steps"]), 3),
@@ -270,7 +272,7 @@ def _cumulative(covered, emitted) -> list:
 
 
 def ablation_table(rows, ids, gemm) -> list:
-    """Table 5: stream-source ablations on the sweep prompts, the pending ones, and the LM head over
+    """Table 5: stream-source ablations on the sweep prompts and the LM head over
     I_t as an indexed GEMM vs the repack buffer (microbenchmark at the measured |I_t|)."""
     out = []
     for name, (_, sources) in ABLATIONS.items():
@@ -280,7 +282,6 @@ def ablation_table(rows, ids, gemm) -> list:
             out.append({"variant": name, "sources": sources, "status": "measured", "coverage": round(a["coverage"], 4),
                         "mean_accept_len": round(a["tau"], 3), "mean_active_vocab": round(a["active"], 1),
                         "tokens_per_s": round(a["tps"], 3), "lm_head_ms_per_call": round(a["t"]["lm_head"] / a["draft_calls"], 4)})
-    out += [{"variant": name, "sources": why, "status": "pending"} for name, why in PENDING.items()]
     for name, ms in (gemm or {}).items():
         if not name.startswith("_"):
             out.append({"variant": name, "sources": "LM head over I_t", "status": "microbenchmark",
@@ -505,8 +506,8 @@ def report_text(t: dict, meta: dict) -> str:
              headline(t, meta), "## Table 2: speed per category\n\n" + md_table(t["table2_speed"], SPEED_COLS),
              "## Table 4: draft-step latency (ms per LM-head call)\n\n" + md_table(t["table4_latency"], LATENCY_COLS),
              "## Table 5: stream sources and LM-head layout\n\n" + md_table(t["table5_ablation"], ABLATION_COLS)
-             + "\n`pending` rows need an engine knob that drops the draft ids or the prompt from S "
-             "(asked of the lead; SpecConfig is not ours).\n",
+             + "\n`context` keeps only prompt + prefill in S, `extension` only draft + verify "
+             "(`--sources`).\n",
              "## Table 8: where the ids entering I_t come from (shares by source)\n\n"
              + md_table(t["table8_sources"], SOURCE_COLS) + "\nDraft-tree ids are drawn from I_t, so they "
              "re-enter S but are never new to I_t; entries_per_step counts new ids per decode step.\n",
@@ -578,7 +579,8 @@ def p_coverage(rows) -> str:
             f"|I_t| of {_span([r['vocab_size'] for r in nano], '{:.0f}')} (paper: {PAPER['coverage']}, {PAPER['active']}). "
             f"At a static size ≥ that |I_t|, FR-Spec covers {_span([f for _, _, f in at], '{:.1%}')}; NanoSpec is above "
             f"the FR-Spec curve in {wins} of {len(at)} categories"
-            + (", as in the paper." if at and wins == len(at) else " — where it is not, the static table wins at that size."))
+            + (" — the premise of NanoSpec's Fig. 1b holds here." if at and wins == len(at)
+               else " — where it is not, the static table wins at that size."))
 
 
 def p_wmax(rows) -> str:
@@ -589,8 +591,16 @@ def p_wmax(rows) -> str:
     return (head + f"τ goes from {rows[0]['mean_accept_len']:.3g} at W_max = {rows[0]['w_max']} to "
             f"{rows[-1]['mean_accept_len']:.3g} at {rows[-1]['w_max']} while |I_t| goes from "
             f"{rows[0]['mean_active_vocab']:.0f} to {rows[-1]['mean_active_vocab']:.0f}; the fastest W_max here is "
-            f"{best['w_max']} ({best['tokens_per_s']:.3g} tok/s). The paper's shape is a plateau in τ with a broad speed "
-            "optimum; speeds within ~5% are noise on this shared CPU.")
+            f"{best['w_max']} ({best['tokens_per_s']:.3g} tok/s)." + _window_note(rows)
+            + " Speeds within ~5% are noise on this shared CPU; τ and |I_t| are exact.")
+
+
+def _window_note(rows) -> str:
+    """Where |I_t| stops growing with W_max, the window never filled: larger W_max cannot change anything."""
+    top = max(r["mean_active_vocab"] for r in rows)
+    w = min(r["w_max"] for r in rows if r["mean_active_vocab"] == top)
+    return (f" |I_t| is the same for every W_max ≥ {w}: S never outgrew that window in these generations, so "
+            "larger values change nothing here (longer generations would)." if w < rows[-1]["w_max"] else "")
 
 
 def p_evolution(rows) -> str:
@@ -604,7 +614,7 @@ def p_evolution(rows) -> str:
     return (head + f"|I_t| starts at {_span([r['active_mean'] for r in first], '{:.0f}')} (prompt + prefill) and ends at "
             f"{_span([r['active_mean'] for r in last.values()], '{:.0f}')} after {_span([r['step'] for r in last.values()], '{:.0f}')} "
             f"steps; cumulative coverage ends at {_span([r['coverage_mean'] for r in last.values()], '{:.1%}')}. "
-            "The vocabulary grows with the stream until the W_max window fills, as in the paper's Fig. 6.")
+            "|I_t| can only grow until S outgrows the W_max window; after that it tracks the recent context.")
 
 
 def p_nu_rho(rows, kappa) -> str:

@@ -1,15 +1,17 @@
 """FastRunner: a compact gpt-fast-style forward for llama-family models and gemma3, same interface as EagerRunner.
 
-Weights come from the transformers model, re-laid out once (q|k|v and gate|up fused, transposed). Two layouts:
-- "blocked" (default): each [in, out] matrix cut into column blocks that fit in half the L2 cache,
-  stored [n_blocks, in, block] and multiplied with one bmm. BLAS packs the right-hand side of a small-M
-  GEMM; for a whole matrix that is a second trip through DRAM, for an L2-sized block it is not, so a
-  16-token verify streams each weight once, like the 1-token GEMV. Costs one extra copy of the weights.
-- "plain": [in, out] contiguous, and the transformers params rebound to views of it (no second copy).
+Weights come from the transformers model, re-laid out once (q|k|v and gate|up fused, transposed):
+- plain: [in, out] contiguous, and the transformers params rebound to views of it (no second copy);
+  best for 1 token (BLAS GEMV).
+- blocked: each [in, out] matrix cut into column blocks that fit in half the L2 cache, stored
+  [n_blocks, in, block] and multiplied with one bmm. BLAS packs the right-hand side of a small-M GEMM;
+  for a whole matrix that is a second trip through DRAM, for an L2-sized block it is not, so a 16-token
+  verify streams each weight about once, like the 1-token GEMV. Costs one extra copy of the weights.
+- hybrid: both, plain for n = 1 and blocked for n > 1 (same memory as blocked).
+blocked is the default: as fast as hybrid within this VM's noise, and it leaves the transformers model as is.
 The KV cache is one static tensor [layers, 2 * kv_heads, max_len, head_dim] (keys then values): committed
 rows, then pending rows; `commit` compacts the kept pending rows in place.
 """
-import os
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +24,7 @@ ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # static tables; dynamic/l
 @dataclass
 class FastConfig:
     max_len: int = 1024          # cache rows allocated up front; doubled when a forward needs more
-    layout: str = "blocked"      # blocked (own copy of the weights) | plain (shared with transformers)
+    layout: str = "blocked"      # blocked (model untouched) | hybrid | plain (shared with transformers)
     block_bytes: int = 0         # bytes per weight block; 0 = half the L2 cache
     check: bool = True           # make_runner('auto'): compare logits with transformers once
 
@@ -143,28 +145,35 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
     if a.qk_norm:
         w["qn"], w["kn"] = norm_w(att.q_norm, a), norm_w(att.k_norm, a)
     if a.sandwich:
-        w["ln_att"], w["ln_mlp"] = norm_w(layer.post_attention_layernorm, a), norm_w(layer.post_feedforward_layernorm, a)
-    if fc.layout == "plain":
+        w["ln_att"] = norm_w(layer.post_attention_layernorm, a)
+        w["ln_mlp"] = norm_w(layer.post_feedforward_layernorm, a)
+    if fc.layout != "blocked":
         rebind(qkv, w["wqkv"]), rebind((att.o_proj,), w["wo"]), rebind(gu, w["wgu"])
         rebind((mlp.down_proj,), w["wd"])
-    else:
-        budget = fc.block_bytes or l2_bytes() // 2
-        w.update({k: block(w[k], budget) for k in ("wqkv", "wo", "wgu", "wd")})
+    w.update({k: pair(w[k], fc) for k in ("wqkv", "wo", "wgu", "wd")})
     return w
 
 
+def pair(wt, fc: FastConfig) -> tuple:
+    """(plain [in, out] or None, blocked [n_blocks, in, bs] or None) for the layout."""
+    b = block(wt, fc.block_bytes or l2_bytes() // 2) if fc.layout != "plain" else wt
+    if b.dim() == 2:
+        return wt, None
+    return (wt if fc.layout == "hybrid" else None), b
+
+
 def head_weights(model, cfg: FastConfig):
-    """(embedding [V, d], head^T in the layout, head [V, d]). plain: head^T contiguous, and the model's head
-    (and tied embedding) rebound to its transposed view; blocked: the model's tensors stay as they are."""
+    """(embedding [V, d], head^T pair (see `pair`), head [V, d]). plain/hybrid: the model's head (and tied
+    embedding) rebound to the transposed copy; blocked: the model's tensors stay as they are."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     tied = emb.weight is head.weight or emb.weight.data_ptr() == head.weight.data_ptr()
     head_t = head.weight.detach().t().contiguous()
     if cfg.layout == "blocked":
-        return emb.weight.detach(), block(head_t, cfg.block_bytes or l2_bytes() // 2), head.weight.detach()
+        return emb.weight.detach(), pair(head_t, cfg), head.weight.detach()
     head.weight.data = head_t.t()
     if tied:
         emb.weight.data = head_t.t()
-    return emb.weight.detach(), head_t, head_t.t()
+    return emb.weight.detach(), pair(head_t, cfg), head_t.t()
 
 
 @torch.no_grad()
@@ -192,12 +201,14 @@ def rope_table(model, n: int, dtype, layer_type=None):
 
 # ---------------------------------------------------------------- the forward (pure functions)
 
-def mm(x, w):
-    """x [n, in] @ w: w [in, out] or blocked [n_blocks, in, bs] -> [n, out]."""
-    if w.dim() == 2:
-        return x @ w
-    nb, k, bs = w.shape
-    return torch.bmm(x.expand(nb, x.shape[0], k), w).transpose(0, 1).reshape(x.shape[0], nb * bs)
+def mm(x, w: tuple):
+    """x [n, in] @ w -> [n, out]; w = (plain [in, out] | None, blocked [n_blocks, in, bs] | None):
+    plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks)."""
+    plain, blocked = w
+    if blocked is None or (plain is not None and x.shape[0] == 1):
+        return x @ plain
+    nb, k, bs = blocked.shape
+    return torch.bmm(x.expand(nb, x.shape[0], k), blocked).transpose(0, 1).reshape(x.shape[0], nb * bs)
 
 
 def rms(x, w, eps):
@@ -266,14 +277,14 @@ class FastRunner:
             raise ValueError(reason)
         self.model, self.tokenizer, self.cfg = model.eval(), tokenizer, cfg or FastConfig()
         self.arch = a = arch_of(model)
-        if self.cfg.layout not in ("blocked", "plain"):
+        if self.cfg.layout not in ("hybrid", "blocked", "plain"):
             raise ValueError(f"unknown layout {self.cfg.layout!r}")
         self.embed, self.head_t, self.head_weight, self.layers = fast_weights(model, a, self.cfg)
         self.norm_w = norm_w(model.model.norm, a)
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
-        self.dtype = self.head_t.dtype
+        self.dtype = self.head_weight.dtype
         self.vocab_size, self.d = self.head_weight.shape
-        self.config, self.device = model.config, self.head_t.device
+        self.config, self.device = model.config, self.head_weight.device
         self._alloc(self.cfg.max_len)
         self.reset()
 
@@ -370,7 +381,7 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | 
             if runtime == "fast":
                 raise SpecError(f"fast runtime failed on this model: {err}") from None
             runner, gap, reason = None, 0.0, f"fast runtime failed on this model: {err}"
-        if runner is not None and gap <= max(1e-4, 4 * torch.finfo(runner.dtype).eps):
+        if runner is not None and gap <= max(1e-3, 4 * torch.finfo(runner.dtype).eps):
             return runner
         reason = reason or f"fast runtime logits differ from transformers by {gap:.2g} (relative)"
     runner = EagerRunner(model, tokenizer)

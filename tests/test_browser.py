@@ -179,5 +179,8 @@ def test_stop_cancels_and_the_next_run_works(browser, url):
     box.fill(str(RUN_TOKENS))
     box.press("Enter")
     page.locator("#run-btn").click()  # the pipeline was released: a new run completes
-    page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
+    page.wait_for_function("() => /your run|⚠/.test(document.querySelector('#source-note').innerText)",
+                           timeout=300_000)
+    note = page.locator("#source-note").inner_text()
+    assert "your run" in note, note
     page.close()

@@ -40,3 +40,11 @@ def test_full_head_has_no_restriction():
     head = build_head("full", W, SpecConfig(method="full"))
     assert head.active_ids() is None and head.n_active() == V
     torch.testing.assert_close(head.logits(H), H @ W.T)
+
+
+def test_disabled_sources_never_enter_the_stream():
+    head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=50, sources="draft,verify"))
+    ev = head.on_prefill(torch.tensor([5, 6, 7]), torch.randn(3, V))
+    assert ev.entered == [] and head.n_active() == 0
+    ev = head.on_verify([9], torch.randn(2, V))
+    assert {src for _, src in ev.entered} <= {"draft", "verify"} and 9 in head.active_ids().tolist()

@@ -59,8 +59,9 @@ def path(parents, i) -> list:
     return out[::-1]
 
 
-@pytest.mark.parametrize("kind,layout", [("llama", "blocked"), ("llama", "plain"), ("qwen2", "blocked"),
-                                         ("qwen3", "blocked"), ("gemma3", "blocked"), ("gemma3", "plain")])
+@pytest.mark.parametrize("kind,layout", [("llama", "hybrid"), ("llama", "plain"), ("llama", "blocked"),
+                                         ("qwen2", "hybrid"), ("qwen3", "hybrid"), ("gemma3", "hybrid"),
+                                         ("gemma3", "blocked")])
 def test_prefill_tree_commit_match_transformers(kind, layout):
     model = tiny_variant(kind)
     runner = FastRunner(model, None, FastConfig(max_len=16, layout=layout))  # small: the tree step regrows
@@ -107,10 +108,14 @@ def test_shared_weights_leave_transformers_unchanged():
     runner = FastRunner(model, None, FastConfig(layout="plain"))
     torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
     layer = model.model.layers[0].self_attn
-    assert layer.q_proj.weight.data_ptr() == runner.layers[0]["wqkv"].data_ptr()
-    blocked = FastRunner(model)  # the default layout leaves the model alone and blocks every matrix
-    assert blocked.layers[0]["wgu"].dim() == 3 and blocked.head_t.dim() == 3
+    assert layer.q_proj.weight.data_ptr() == runner.layers[0]["wqkv"][0].data_ptr()
+    hybrid = FastRunner(model, None, FastConfig(layout="hybrid"))  # shared plain matrices + blocked copies
+    assert hybrid.layers[0]["wqkv"][0].data_ptr() == layer.q_proj.weight.data_ptr()
+    assert hybrid.layers[0]["wgu"][1].dim() == 3 and hybrid.head_t[1].dim() == 3
     torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
+    other = tiny_variant("qwen2")
+    blocked = FastRunner(other)  # the default layout leaves the model's tensors alone
+    assert blocked.layers[0]["wgu"][0] is None and other.model.layers[0].mlp.up_proj.weight.is_contiguous()
 
 
 def greedy(runner, prompt, n_new):
@@ -182,9 +187,8 @@ def test_default_model_short():
     assert_same_greedy(model, greedy(runner, prompt, 4), hf_greedy(model, prompt, 4), prompt)
 
 
-@pytest.mark.parametrize("layout", ["blocked", "plain"])
-def test_second_runner_reuses_weights(layout):
+def test_second_runner_reuses_weights():
     model = tiny_variant("llama")
-    a, b = FastRunner(model, None, FastConfig(layout=layout)), FastRunner(model, None, FastConfig(layout=layout))
-    assert a.head_t.data_ptr() == b.head_t.data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
-    assert a.layers[1]["wgu"].data_ptr() == b.layers[1]["wgu"].data_ptr()
+    a, b = FastRunner(model), FastRunner(model)
+    assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
+    assert a.layers[1]["wgu"][1].data_ptr() == b.layers[1]["wgu"][1].data_ptr()

