@@ -175,13 +175,15 @@ def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
 
     meta["gen_s"] counts only time inside the engine (not the consumer's rendering between steps)."""
     trace = new_trace(trace_meta(pipe, prompt, cfg))
-    steps, gen_s = pipe.run(prompt, cfg, chat=True, should_stop=should_stop), 0.0
+    steps, gen_s, last = pipe.run(prompt, cfg, chat=True, should_stop=should_stop), 0.0, None
     try:
         while True:
             t0 = time.perf_counter()
             rec = next(steps, None)
             if rec is None:
+                _refresh_last(trace, last)
                 break
+            last = rec
             d = rec.to_dict()
             ids = missing_ids(trace, d)
             if ids:
@@ -192,6 +194,12 @@ def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
             yield trace, d
     finally:
         steps.close()  # a cancelled run releases the pipeline at once
+
+
+def _refresh_last(trace: dict, rec) -> None:
+    """The engine marks the last record (cut / finished) after yielding it, when it stops early."""
+    if rec is not None and trace["records"]:
+        trace["records"][-1].update(cut=rec.cut, finished=rec.finished)
 
 
 def finish_trace(trace: dict) -> dict:
@@ -374,6 +382,8 @@ def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=Fa
         out = ([trace, gr.Slider(maximum=max(n, 1), value=n), _running_note(trace)]
                + panel_values(trace, None, with_plots) + [live, gr.skip(), gr.skip()])
         render_s += time.perf_counter() - t0
+        if n == 0:
+            LAST_RUN_STATS["first_gen_s"] = trace["meta"]["gen_s"]  # engine time up to the first record
         yield out
     if trace is None:
         raise SpecError("the engine produced no steps")
@@ -451,6 +461,8 @@ def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):
     ordered = sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else 99)
     runs, errors, baselines = {}, {}, dict(baselines or {})
     for i, method in enumerate(ordered):
+        if _STOP.get(sess, False):
+            break
         yield [status_note(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip(), gr.skip()]
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
@@ -648,14 +660,16 @@ def _wire(demo, ui, cmp, trace_state, baselines) -> None:
     settings = [ui[k] for k in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size",
                                 "max_new", "temperature")]
     run_out = [trace_state, ui["step"], ui["note"]] + panels + [ui["summary"], ui["files"], baselines]
-    run_ev = ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"], ui["with_ar"]] + settings + [baselines],
-                             run_out,
-                             concurrency_id="model", concurrency_limit=1, api_visibility="private")
-    cmp_ev = cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings + [baselines],
-                              [cmp["table"], cmp["plot"], cmp["texts"], baselines],
-                              concurrency_id="model", concurrency_limit=1, api_visibility="private")
+    model_events = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
+    ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"], ui["with_ar"]] + settings + [baselines],
+                    run_out, **model_events)
+    cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings + [baselines],
+                     [cmp["table"], cmp["plot"], cmp["texts"], baselines], **model_events)
+    # Stop = a per-session flag the engine polls between steps: the run ends at the next step boundary and
+    # keeps its partial trace (summary shows "stopped"). Gradio's cancels= left outputs in an "Error" state
+    # and, when it hit the first step, blocked the next Run click in gradio 6.31.
     for btn in (ui["stop"], cmp["stop"]):
-        btn.click(request_stop, None, None, cancels=[run_ev, cmp_ev], api_visibility="private", queue=False)
+        btn.click(request_stop, None, None, api_visibility="private", queue=False)
     _wire_replay(ui, trace_state, panels)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)
 

@@ -21,10 +21,11 @@ class StreamEvent:
     size_s: int = 0
     active: int = 0
     moves: tuple = None  # (slots, ids): repack rows buf[slots] = R[ids]
+    appended: list = field(default_factory=list)  # [(source, [ids])]: the chunks S grew by, in order
 
     def as_trace(self) -> dict:
         return {"entered": [[int(i), s] for i, s in self.entered], "left": [int(i) for i in self.left],
-                "size_s": self.size_s, "active": self.active}
+                "size_s": self.size_s, "active": self.active, "appended": [[s, ids] for s, ids in self.appended]}
 
 
 class CandidateStream:
@@ -45,17 +46,18 @@ class CandidateStream:
 
     def append(self, chunks: list) -> StreamEvent:
         """S ← S ⊕ chunk for each (ids, source) in order; returns this step's net entries and exits."""
-        appended, evicted, added = [], [], set()
-        for ids, _ in chunks:
+        appended, evicted, added, log = [], [], set(), []
+        for ids, source in chunks:
             ids = torch.as_tensor(ids, dtype=torch.long).view(-1)
             ids = self._dedup_new(ids, added) if self.mode == "fifo" else ids
             a, e = self._push(ids)
             appended.append(a)
             evicted.append(e)
+            log.append((source, ids.tolist()))
         appended, evicted = torch.cat(appended), torch.cat(evicted)
         entered, left = kernels.window_update(self.counts, appended, evicted, self.backend)  # per-token counts
         moves = self._reslot(entered, left)
-        return StreamEvent(self._label(entered, chunks), left.tolist(), self.size_s, self.n_active, moves)
+        return StreamEvent(self._label(entered, chunks), left.tolist(), self.size_s, self.n_active, moves, log)
 
     def _dedup_new(self, ids: torch.Tensor, added: set) -> torch.Tensor:
         """FIFO-of-unique-ids variant (released code): only ids not already in the window enter."""

@@ -96,7 +96,8 @@ def one_session(port: int, prompt: str, method: str, n: int, deadline: float, ou
         job = Client(f"http://127.0.0.1:{port}/", verbose=False).submit(prompt, method, n, api_name="/generate")
         while not job.done() and time.monotonic() < deadline:
             st = job.status()
-            out["statuses"].append(st.code.value) if st.code.value not in out["statuses"][-1:] else None
+            if st.code.value not in out["statuses"][-1:]:
+                out["statuses"].append(st.code.value)
             if st.code == Status.IN_QUEUE and st.rank is not None:
                 out["ranks"].append(st.rank)
             time.sleep(0.5)

@@ -11,7 +11,8 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.config import BACKENDS, MAX_NEW_TOKENS, MAX_TREE, MAX_W_MAX, METHODS, SHAPES, WINDOWS, SpecConfig
+from core.config import (BACKENDS, MAX_NEW_TOKENS, MAX_TREE, MAX_W_MAX, METHODS, SHAPES, WINDOWS,
+                         SpecConfig)
 from core.draft import ModelDrafter
 from core.engine import generate
 from core.errors import SpecError
