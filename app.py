@@ -35,6 +35,7 @@ except Exception:  # not on a Space (or not ZeroGPU): a no-op decorator
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 UI_MAX_NEW_TOKENS = 512
+RUN_MAX_SECONDS = float(os.environ.get("SPECLENS_MAX_SECONDS", "300"))  # wall-clock cap per run (cut, not lost)
 PLOT_EVERY_S = float(os.environ.get("SPECLENS_PLOT_EVERY_S", "2.0"))  # streaming: Plotly refresh period (browser cost)
 OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
                  ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self")]
@@ -175,7 +176,8 @@ def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
 
     meta["gen_s"] counts only time inside the engine (not the consumer's rendering between steps)."""
     trace = new_trace(trace_meta(pipe, prompt, cfg))
-    steps, gen_s, last = pipe.run(prompt, cfg, chat=True, should_stop=should_stop), 0.0, None
+    steps = pipe.run(prompt, cfg, chat=True, should_stop=should_stop, max_seconds=RUN_MAX_SECONDS)
+    gen_s, last = 0.0, None
     try:
         while True:
             t0 = time.perf_counter()
@@ -505,13 +507,19 @@ def status_note(msg: str) -> str:
 def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) -> dict:
     """Runs one prompt with default settings; returns the run summary (the CLI's JSON keys) plus model/method."""
     try:
+        n = int(max_new_tokens)
+    except (TypeError, ValueError, OverflowError):
+        raise gr.Error(f"max_new_tokens must be an integer, got {max_new_tokens!r}") from None
+    try:
         prompt = check_prompt(prompt)
         pipe = load_pipeline(f"{DEFAULT_MODEL}|auto")
-        cfg = make_config(method, *_default_settings(), int(max_new_tokens), 0.0,
-                          vocab_size=getattr(pipe, "vocab_size", None))
+        cfg = make_config(method, *_default_settings(), n, 0.0, vocab_size=getattr(pipe, "vocab_size", None))
         trace = run_to_end(pipe, prompt, cfg)
     except SpecError as e:
         raise gr.Error(str(e)) from None
+    except Exception as e:  # the traceback goes to the server log, the user gets one line
+        traceback.print_exc()
+        raise gr.Error(f"internal error: {type(e).__name__}: {e}") from None
     out = dict(trace["meta"]["summary"])
     out.update({"method": method, "model": trace["meta"]["model"], "draft": trace["meta"]["draft"]})
     return out
@@ -700,7 +708,7 @@ def preload_default_model() -> None:
 def launch(demo: gr.Blocks, port: int | None = None, host: str = "0.0.0.0", **kw):
     port = port or int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
     demo.queue(default_concurrency_limit=2, max_size=32)
-    return demo.launch(server_name=host, server_port=port, css=CSS, **kw)
+    return demo.launch(server_name=host, server_port=port, css=CSS, max_file_size="1mb", **kw)
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core.cli import add_engine_args, config_from, load_pipeline
 from core.config import METHODS
+from core.atomic import write_atomic
 from core.errors import SpecError
 from core.trace import compare_to_ar, new_tokens_after_prefill
 
@@ -70,9 +71,9 @@ def open_out(out: Path, settings: dict) -> dict:
     """Results already in DIR for these settings: {(prompt_id, method): row}."""
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
-    if cfg_path.exists() and json.loads(cfg_path.read_text()) != settings:
+    if cfg_path.exists() and _read_json(cfg_path) not in (settings, None):
         raise SpecError(f"{out} holds results of other settings; use a new --out or delete it")
-    cfg_path.write_text(json.dumps(settings, indent=1))
+    write_atomic(cfg_path, json.dumps(settings, indent=1))
     done = {}
     runs = out / "runs.jsonl"
     if runs.exists():
@@ -145,13 +146,21 @@ def summarize_rows(rows: list) -> list:
     return out
 
 
+def _read_json(path: Path):
+    """A config.json torn by an interruption reads as None (it is rewritten whole)."""
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return None
+
+
 def write_csv(path: Path, cols, rows) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    def write(tmp):
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+    write_atomic(path, write)
 
 
 def run_bench(args) -> list:

@@ -14,6 +14,7 @@ SOURCES = ("prompt", "prefill", "draft", "verify")
 MAX_NEW_TOKENS = 4096
 MAX_TREE = 128
 MAX_W_MAX = 262144
+MIN_TEMPERATURE = 0.01  # below it softmax(logits / T) under/overflows; use 0 for greedy
 
 
 @dataclass
@@ -54,12 +55,14 @@ class SpecConfig:
         _bound("tree_size", self.tree_size, 1, MAX_TREE)
         _bound("gamma", self.gamma, 1, 16)
         _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
-        if not (0.0 <= self.temperature <= 10.0):
-            raise SpecError(f"temperature must be in [0, 10], got {self.temperature}")
+        _bound("seed", self.seed, 0, 2**63 - 1)
+        _bound("rank", self.rank, 0, d if d is not None else MAX_W_MAX)
+        _number("temperature", self.temperature)
+        _number("top_p", self.top_p)
+        if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 10.0):
+            raise SpecError(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, 10], got {self.temperature}")
         if not (0.0 < self.top_p <= 1.0):
             raise SpecError(f"top_p must be in (0, 1], got {self.top_p}")
-        if d is not None and not (0 <= self.rank <= d):
-            raise SpecError(f"rank must be in [1, {d}] (0 = d/8), got {self.rank}")
         return self
 
     def source_set(self) -> set:
@@ -80,6 +83,11 @@ class SpecConfig:
 def _choice(name, value, allowed):
     if value not in allowed:
         raise SpecError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _number(name, value):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise SpecError(f"{name} must be a number, got {value!r}")
 
 
 def _bound(name, value, lo, hi):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, asdict
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from core.atomic import write_atomic
 from core.draft import DraftState
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding, LlamaRMSNorm, rotate_half
 
@@ -137,11 +138,10 @@ def save_head(head, out_dir, name="eagle.safetensors"):
     from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
-    save_file(sd, os.path.join(out_dir, name))
     cfg = {"eagle": asdict(head.cfg), "llama": head.lcfg.to_dict()}
     cfg["llama"].pop("quantization_config", None)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
+    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(cfg, indent=1))
+    write_atomic(os.path.join(out_dir, name), lambda tmp: save_file(sd, tmp))  # the pipeline looks for this file
 
 
 def load_head(head_dir, target_model, dtype=torch.float32, name="eagle.safetensors"):

@@ -24,6 +24,8 @@ def category_of(row: dict, where: str) -> str:
     """Our name for a row's category. Spec-Bench rows have int ids (its "math" is MT-bench -> conv);
     our own rows have str ids and already use CATEGORIES."""
     name = row["category"]
+    if not isinstance(name, str):
+        raise SpecError(f"{where}: category must be a string, got {type(name).__name__}")
     if isinstance(row["question_id"], str) and name in CATEGORIES:
         return name
     if name in SPEC_BENCH:
@@ -69,8 +71,8 @@ def read_file(path) -> list[Prompt]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+        except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+            raise SpecError(f"{path}:{n}: not valid JSON ({getattr(err, 'msg', type(err).__name__)})") from None
         prompts.append(parse_row(row, f"{path}:{n}"))
     if not prompts:
         raise SpecError(f"{path}: no prompts (empty file)")

@@ -99,7 +99,7 @@ class FakePipe:
         from viz.synthetic import synthetic_trace
         self.trace = synthetic_trace(n_steps=6, seed=3)
 
-    def run(self, prompt, cfg, chat=True, should_stop=lambda: False):
+    def run(self, prompt, cfg, chat=True, should_stop=lambda: False, **kw):
         from core.trace import StepRecord
         recs = [StepRecord.from_dict(r) for r in self.trace["records"]]
         if cfg.method == "ar":

@@ -102,8 +102,6 @@ def test_an_out_of_range_temperature_or_top_p_is_a_spec_error(temperature, top_p
         SpecConfig(top_p=top_p).validate(VOCAB, D)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="core/config.py validate compares temperature/top_p/rank without a type check")
 @pytest.mark.parametrize("field, value", [("temperature", "0.5"), ("temperature", None), ("top_p", "x"),
                                           ("rank", "3")])
 def test_a_wrong_typed_float_or_rank_setting_is_a_spec_error(field, value):
@@ -111,16 +109,12 @@ def test_a_wrong_typed_float_or_rank_setting_is_a_spec_error(field, value):
         SpecConfig(**{field: value}).validate(VOCAB, D)
 
 
-@pytest.mark.xfail(strict=True, reason="core/config.py validate does not check seed (nor rank being an int)")
 @pytest.mark.parametrize("field, value", [("seed", 2**70), ("seed", "x"), ("seed", -1), ("rank", 1.5)])
 def test_a_seed_or_rank_the_engine_cannot_use_is_a_spec_error(field, value):
     with pytest.raises(SpecError, match=field):
         SpecConfig(**{field: value}).validate(VOCAB, D)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="core/tree.py target_probs: logits / 1e-100 overflows to inf, softmax gives NaN; "
-                          "config.py should reject 0 < temperature < 0.01 (or the engine treat it as greedy)")
 def test_a_vanishing_positive_temperature_is_rejected_or_runs(tiny_target):
     cfg = SpecConfig(method="full", temperature=1e-100, max_new_tokens=4)
     try:
@@ -152,7 +146,7 @@ def valid_configs(draw):
         w_max=edge(1, MAX_W_MAX), k_pre=edge(0, 64), k_ver=edge(0, 64), fr_size=edge(1, MAX_W_MAX),
         rank=edge(0, D), depth=edge(1, 16, 8), top_k=edge(1, 16), tree_size=edge(1, MAX_TREE),
         gamma=edge(1, 16, 8), max_new_tokens=edge(1, 10),
-        temperature=draw(st.one_of(st.just(0.0), st.floats(0.05, 10.0))),  # tiny T: see the xfail below
+        temperature=draw(st.one_of(st.just(0.0), st.floats(0.05, 10.0))),  # below 0.01: rejected by validate
         top_p=draw(st.one_of(st.just(1.0), st.floats(0.01, 1.0))), seed=edge(0, 2**63 - 1))
 
 
@@ -289,8 +283,6 @@ def test_a_valid_upload_parses_as_data_only():
     assert p == Prompt("__import__('os').system('x')", "code", "{{7*7}} $(rm -rf /) <script>")
 
 
-@pytest.mark.xfail(strict=True, reason="core/prompts.py: category_of looks an unhashable category up in a dict "
-                                       "(TypeError), and read_file only catches JSONDecodeError")
 @pytest.mark.parametrize("line", [
     json.dumps({"question_id": 1, "category": ["qa"], "turns": ["a"]}),
     json.dumps({"question_id": "a", "category": {"x": 1}, "turns": ["a"]}),

@@ -1,5 +1,6 @@
 """Trace JSON files: {"meta": {...}, "records": [StepRecord dicts]}; the shipped example lives in assets/."""
 import json
+import os
 from pathlib import Path
 
 EXAMPLE_PATH = Path(__file__).resolve().parent.parent / "assets" / "example_trace.json"
@@ -32,9 +33,15 @@ def add_vocab(trace: dict, ids: list, strings: list) -> None:
 
 
 def save_trace(trace: dict, path) -> Path:
+    """Write atomically (temp name + rename): the app reads this file back at start."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trace, ensure_ascii=False, separators=(",", ":"), default=_json_default))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(trace, ensure_ascii=False, separators=(",", ":"), default=_json_default))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
