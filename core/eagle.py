@@ -54,6 +54,24 @@ def float_mask(visible):
     return torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
 
 
+def attend(attn, x, rotary, hd, mask=None, past=None):
+    """Self-attention of a decoder layer over past + new entries: x [B,T,*] (already normed),
+    rotary = (cos, sin); mask additive [B|1,1,T,S+T] (None: causal among new, all past visible).
+    Returns (o_proj output [B,T,d], (k, v) of the new entries)."""
+    B, T, _ = x.shape
+    q = attn.q_proj(x).view(B, T, -1, hd).transpose(1, 2)
+    k = attn.k_proj(x).view(B, T, -1, hd).transpose(1, 2)
+    v = attn.v_proj(x).view(B, T, -1, hd).transpose(1, 2)
+    q, k = rope(q, *rotary), rope(k, *rotary)
+    kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+    if mask is None:
+        S = kk.shape[2] - T
+        mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(x.device, q.dtype)[None, None]
+    rep = q.shape[1] // k.shape[1]
+    a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)  # [B,H,T,hd]
+    return attn.o_proj(a.transpose(1, 2).reshape(B, T, -1)), (k, v)
+
+
 class EagleHead(nn.Module):
     def __init__(self, llama_config, cfg: EagleConfig = None):
         super().__init__()
@@ -96,24 +114,11 @@ class EagleHead(nn.Module):
         Returns (layer output [B,T,d], (k, v) of the new entries)."""
         attn = self.layers[0].self_attn
         x = self.fc(torch.cat([feat, self.embed(ids).to(feat.dtype)], -1))
-        B, T, _ = x.shape
-        hd = attn.head_dim
-        hn = self.layers[0].input_layernorm(x)
-        q = attn.q_proj(hn).view(B, T, -1, hd).transpose(1, 2)
-        k = attn.k_proj(hn).view(B, T, -1, hd).transpose(1, 2)
-        v = attn.v_proj(hn).view(B, T, -1, hd).transpose(1, 2)
-        cos, sin = self.rotary(x, pos)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        if mask is None:
-            S = kk.shape[2] - T
-            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(x.device, x.dtype)[None, None]
-        rep = q.shape[1] // k.shape[1]
-        a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
-        x = x + attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        a, kv = attend(attn, self.layers[0].input_layernorm(x), self.rotary(x, pos), attn.head_dim, mask, past)
+        x = x + a
         layer = self.layers[0]
         x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return x, (k, v)
+        return x, kv
 
 
 def init_from_target(head, target_model):
@@ -219,21 +224,10 @@ class Eagle3Head(nn.Module):
         g = self.fc(feat) if feat.shape[-1] == 3 * self.d else feat
         e = self._target[0](ids).to(g.dtype)
         x = torch.cat([m.input_layernorm(e), m.hidden_norm(g)], -1)
-        B, T, _ = x.shape
-        q = m.self_attn.q_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
-        k = m.self_attn.k_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
-        v = m.self_attn.v_proj(x).view(B, T, -1, self.hd).transpose(1, 2)
-        cos, sin = self.rotary(g, pos)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
-        if mask is None:
-            S = kk.shape[2] - T
-            mask = float_mask(torch.ones(T, S + T, dtype=torch.bool).tril(S)).to(g.device, g.dtype)[None, None]
-        rep = q.shape[1] // k.shape[1]
-        a = F.scaled_dot_product_attention(q, repeat_kv(kk, rep), repeat_kv(vv, rep), attn_mask=mask)
-        h = g + m.self_attn.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        a, kv = attend(m.self_attn, x, self.rotary(g, pos), self.hd, mask, past)
+        h = g + a
         h = h + m.mlp(m.post_attention_layernorm(h))
-        return h, (k, v)
+        return h, kv
 
     def head_in(self, out):
         return self.norm(out)

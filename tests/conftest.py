@@ -2,7 +2,9 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (transformers does)
+import socket
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,18 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@contextmanager
+def served_app():
+    """The Gradio app on a free loopback port for the duration of the block; yields its URL."""
+    import app
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = app.build_demo(hub=False)
+    app.launch(demo, port=port, host="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

@@ -1,11 +1,11 @@
 """app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
 import importlib.util
 import os
-import socket
 
 import pytest
 
 import app
+from conftest import served_app
 
 HAS_PIPELINE = importlib.util.find_spec("core.pipeline") is not None
 needs_pipeline = pytest.mark.skipif(not HAS_PIPELINE, reason="core/pipeline.py is not in this checkout yet")
@@ -13,20 +13,11 @@ SUMMARY_KEYS = {"text", "new_tokens", "steps", "draft_calls", "mean_accept_len",
                 "timing_ms", "tokens_per_s", "cut"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served():
-    demo = app.build_demo(hub=False)
-    port = free_port()
-    app.launch(demo, port=port, host="127.0.0.1", prevent_thread_lock=True, quiet=True)
     from gradio_client import Client
-    yield Client(f"http://127.0.0.1:{port}/", verbose=False)
-    demo.close()
+    with served_app() as url:
+        yield Client(url, verbose=False)
 
 
 @needs_pipeline

@@ -6,10 +6,11 @@ Screenshots and measured numbers go to test-artifacts/ (gitignored).
 import importlib.util
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
+
+from conftest import served_app
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -43,20 +44,19 @@ NOTE_LOG_JS = """() => {
 }"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def set_max_tokens(page, n: str):
+    """Open the settings accordion and type a token budget; returns the number box."""
+    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
+    box = page.get_by_label("number input for Max new tokens")
+    box.fill(n)
+    box.press("Enter")
+    return box
 
 
 @pytest.fixture(scope="module")
 def url():
-    import app
-    demo = app.build_demo(hub=False)
-    port = free_port()
-    app.launch(demo, port=port, host="127.0.0.1", prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    with served_app() as u:
+        yield u
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +98,7 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     import app
     app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
     page = open_page(browser, url)
-    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
-    box = page.get_by_label("number input for Max new tokens")
-    box.fill(str(RUN_TOKENS))
-    box.press("Enter")
+    box = set_max_tokens(page, str(RUN_TOKENS))
     page.evaluate(NOTE_LOG_JS)
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
@@ -140,10 +137,7 @@ def test_phone_layout(browser, url):
 @needs_pipeline
 def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     page = open_page(browser, url)
-    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
-    box = page.get_by_label("number input for Max new tokens")
-    box.fill(str(RUN_TOKENS))
-    box.press("Enter")
+    box = set_max_tokens(page, str(RUN_TOKENS))
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-methods").get_by_label("frspec").uncheck()
     page.locator("#compare-btn").click()
@@ -168,10 +162,7 @@ def test_empty_prompt_shows_a_message_not_a_traceback(browser, url):
 @needs_pipeline
 def test_stop_cancels_and_the_next_run_works(browser, url):
     page = open_page(browser, url)
-    page.locator("#settings-accordion").get_by_role("button", name="Settings").click()
-    box = page.get_by_label("number input for Max new tokens")
-    box.fill("128")
-    box.press("Enter")
+    box = set_max_tokens(page, "128")
     page.locator("#run-btn").click()
     page.wait_for_selector("#source-note :text('Generating')", timeout=120_000)
     page.locator("#stop-btn").click()
