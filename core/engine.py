@@ -61,13 +61,9 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     _emit(rec, [root], [None], [True], fr_rank, decode, eos_ids, left)
     rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
     left -= len(rec.emitted)
-    yield rec
     step = 0
-    while left > 0 and not rec.finished:
-        reason = should_stop()  # truthy = stop now; a string says why ("stopped", "time limit", ...)
-        if reason:
-            rec.cut = reason if isinstance(reason, str) else "stopped"
-            break
+    while not _is_last(rec, left, should_stop):
+        yield rec
         step += 1
         t0 = time.perf_counter()
         if head is None:
@@ -79,7 +75,18 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, left)
         rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
         left -= len(rec.emitted)
-        yield rec
+    yield rec
+
+
+def _is_last(rec, left, should_stop) -> bool:
+    """True when `rec` is the run's last record; a stop request (truthy; a string says why:
+    "stopped", "time limit", ...) is marked on it before it is yielded."""
+    if left <= 0 or rec.finished:
+        return True
+    reason = should_stop()
+    if reason:
+        rec.cut = reason if isinstance(reason, str) else "stopped"
+    return bool(reason)
 
 
 def _ar_step(target, root, root_pos, cfg, gen, timer, step):
