@@ -177,15 +177,13 @@ def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
     meta["gen_s"] counts only time inside the engine (not the consumer's rendering between steps)."""
     trace = new_trace(trace_meta(pipe, prompt, cfg))
     steps = pipe.run(prompt, cfg, chat=True, should_stop=should_stop, max_seconds=RUN_MAX_SECONDS)
-    gen_s, last = 0.0, None
+    gen_s = 0.0
     try:
         while True:
             t0 = time.perf_counter()
-            rec = next(steps, None)
+            rec = next(steps, None)  # the engine marks cut / finished on a record before yielding it
             if rec is None:
-                _refresh_last(trace, last)
                 break
-            last = rec
             d = rec.to_dict()
             ids = missing_ids(trace, d)
             if ids:
@@ -196,12 +194,6 @@ def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
             yield trace, d
     finally:
         steps.close()  # a cancelled run releases the pipeline at once
-
-
-def _refresh_last(trace: dict, rec) -> None:
-    """The engine marks the last record (cut / finished) after yielding it, when it stops early."""
-    if rec is not None and trace["records"]:
-        trace["records"][-1].update(cut=rec.cut, finished=rec.finished)
 
 
 def finish_trace(trace: dict) -> dict:

@@ -123,7 +123,6 @@ def _prune(t: Tree, size: int) -> Tree:
     out = Tree(head_calls=t.head_calls)
     for i in keep:
         out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i])
-    out.q = {(-1 if p < 0 else remap[p]): v for p, v in t.q.items() if p < 0 or p in remap}
     return out
 
 
