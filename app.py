@@ -56,7 +56,7 @@ FALLBACK_EXAMPLES = [
 ]
 
 _LOAD_LOCK = threading.Lock()
-_STOP = {}  # session hash -> stop requested
+_STOP = {}  # session hash -> stop requested, only while that session has a run going
 LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds
 
 
@@ -339,7 +339,9 @@ def _session(request) -> str:
 
 
 def request_stop(request: gr.Request = None):
-    _STOP[_session(request)] = True
+    sess = _session(request)
+    if sess in _STOP:  # a stop between runs must not leave an entry behind
+        _STOP[sess] = True
 
 
 @GPU
@@ -363,6 +365,8 @@ def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, ran
         traceback.print_exc()
         gr.Warning(f"internal error: {type(e).__name__}: {e}")
         yield _error_outputs(f"internal error: {type(e).__name__}: {e}")
+    finally:
+        _STOP.pop(sess, None)
 
 
 def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=False, t_start=None):
@@ -449,6 +453,8 @@ def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, d
         traceback.print_exc()
         gr.Warning(f"internal error: {type(e).__name__}: {e}")
         yield [error_note(f"internal error: {type(e).__name__}: {e}"), gr.skip(), gr.skip(), gr.skip()]
+    finally:
+        _STOP.pop(sess, None)
 
 
 def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):

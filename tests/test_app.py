@@ -146,3 +146,11 @@ def test_stop_flag_cuts_the_run(fake_pipe):
     app.request_stop(None)
     outs = list(gen)
     assert "stopped" in outs[-1][10]
+
+
+def test_finished_runs_and_stray_stops_leave_no_session_state(fake_pipe):
+    app._STOP.clear()
+    list(app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(),
+                    8, 0.0, {}))
+    app.request_stop(None)
+    assert app._STOP == {}
