@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from core.cli import add_engine_args, config_from, load_pipeline
-from core.config import METHODS
+from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
 from core.trace import compare_to_ar, new_tokens_after_prefill
@@ -71,7 +71,7 @@ def open_out(out: Path, settings: dict) -> dict:
     """Results already in DIR for these settings: {(prompt_id, method): row}."""
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
-    if cfg_path.exists() and _read_json(cfg_path) not in (settings, None):
+    if cfg_path.exists() and _with_defaults(_read_json(cfg_path)) not in (settings, None):
         raise SpecError(f"{out} holds results of other settings; use a new --out or delete it")
     write_atomic(cfg_path, json.dumps(settings, indent=1))
     done = {}
@@ -84,6 +84,22 @@ def open_out(out: Path, settings: dict) -> dict:
                 continue
             done[(row["prompt_id"], row.get("variant", row["method"]))] = row
     return done
+
+
+def _with_defaults(settings):
+    """Stored settings with engine options added since they were written set to their defaults
+    (so a new option does not orphan finished results): bench's "configs", the paper grid's "base"."""
+    if not isinstance(settings, dict):
+        return settings
+    try:
+        out = dict(settings)
+        if isinstance(out.get("configs"), dict):
+            out["configs"] = {m: SpecConfig.from_dict(c).to_dict() for m, c in out["configs"].items()}
+        if isinstance(out.get("base"), dict):
+            out["base"] = SpecConfig.from_dict(out["base"]).to_dict()
+        return out
+    except (SpecError, TypeError):
+        return settings
 
 
 def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
+from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS
 from core.errors import SpecError
 
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
@@ -34,12 +34,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=d.temperature)
     p.add_argument("--top-p", type=float, default=d.top_p)
     p.add_argument("--backend", default=d.backend, choices=BACKENDS)
+    p.add_argument("--slim-init", default=d.slim_init, choices=SLIM_INITS,
+                   help="SlimSpec/NanoSlim factors: trained (shipped with the head, else SVD) or svd")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
 
 
 def config_from(args, method: str) -> SpecConfig:
     keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
-            "seed", "max_new_tokens", "temperature", "top_p", "backend")
+            "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init")
     return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
 
 

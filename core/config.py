@@ -9,6 +9,7 @@ WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
 SOURCES = ("prompt", "prefill", "draft", "verify")
+SLIM_INITS = ("trained", "svd")
 
 # server-side bounds (issue 7): generous for the CLI, the UI clamps further
 MAX_NEW_TOKENS = 4096
@@ -28,6 +29,7 @@ class SpecConfig:
     k_ver: int = 3
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
+    slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
     depth: int = 4
     top_k: int = 2
     tree_size: int = 10
@@ -44,6 +46,7 @@ class SpecConfig:
         _choice("shape", self.shape, SHAPES)
         _choice("window", self.window, WINDOWS)
         _choice("backend", self.backend, BACKENDS)
+        _choice("slim_init", self.slim_init, SLIM_INITS)
         for src in self.source_set():
             _choice("source", src, SOURCES)
         _bound("w_max", self.w_max, 1, MAX_W_MAX)

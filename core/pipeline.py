@@ -79,13 +79,15 @@ class Pipeline:
         except (SpecError, FileNotFoundError):
             return None
 
-    def slim_factors(self, rank: int):
-        """Trained SlimSpec factors shipped with the head when they match, else truncated SVD."""
+    def slim_factors(self, rank: int, init: str = "trained"):
+        """init "trained": the SlimSpec factors shipped with the head when they match, else truncated SVD;
+        init "svd": truncated SVD of W (training-free)."""
         W = self.drafter.head_weight
         rank = rank or max(W.shape[1] // 8, 1)
-        if rank not in self._slim:
-            self._slim[rank] = self._trained_slim(rank) or svd_factors(W, rank)
-        return self._slim[rank]
+        if (rank, init) not in self._slim:
+            trained = self._trained_slim(rank) if init == "trained" else None
+            self._slim[(rank, init)] = trained or svd_factors(W, rank)
+        return self._slim[(rank, init)]
 
     def _trained_slim(self, rank):
         path = head_dir(self.model_id) / f"slim_r{rank}.safetensors"
@@ -110,7 +112,7 @@ class Pipeline:
                 raise SpecError(f"no frequency table for {self.model_id}: build one with python -m core freq")
             from core.freq import frspec_ids, special_ids
             fr_ids = frspec_ids(self.fr_rank, cfg.fr_size, special_ids(self.tokenizer))
-        slim = self.slim_factors(cfg.rank) if cfg.method in ("slimspec", "nanoslim") else None
+        slim = self.slim_factors(cfg.rank, cfg.slim_init) if cfg.method in ("slimspec", "nanoslim") else None
         return build_head(cfg.method, self.drafter.head_weight, cfg, fr_ids, slim, cfg.backend)
 
     def eos_ids(self) -> set:

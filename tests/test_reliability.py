@@ -153,6 +153,18 @@ def test_a_bench_config_torn_by_an_interruption_is_not_a_crash(tmp_path):
         pass
 
 
+def test_results_written_before_a_new_engine_option_existed_still_resume(tmp_path):
+    import json
+    from core import bench
+    from core.config import SpecConfig
+    old = SpecConfig().to_dict()
+    old.pop("slim_init")  # an option added later
+    (tmp_path / "config.json").write_text(json.dumps({"model": "m", "configs": {"full": old}}))
+    (tmp_path / "runs.jsonl").write_text(json.dumps({"prompt_id": "p1", "method": "full"}) + "\n")
+    done = bench.open_out(tmp_path, {"model": "m", "configs": {"full": SpecConfig().to_dict()}})
+    assert list(done) == [("p1", "full")]
+
+
 # ---------------------------------------------------------------- security
 
 @pytest.fixture
