@@ -187,6 +187,8 @@ def run_bench(args) -> list:
     out = Path(args.out)
     settings = {"model": args.model, "draft": args.draft, "runtime": args.runtime, "prompts": [p.id for p in prompts],
                 "configs": {m: c.to_dict() for m, c in cfgs.items()}}
+    if args.dtype != "auto":  # (results dirs written before --dtype existed stay valid)
+        settings["dtype"] = args.dtype
     done = open_out(out, settings)
     set_threads(args)
     pipe = load_pipeline(args)

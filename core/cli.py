@@ -9,6 +9,7 @@ import time
 from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS
 from core.errors import SpecError
 
+DTYPES = ("auto", "fp32", "bf16")
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
     "bench": "core.bench",
@@ -25,6 +26,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")
     p.add_argument("--draft", default="auto", help="auto | self | eagle | a draft model id sharing the tokenizer")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
+    p.add_argument("--dtype", default="auto", choices=tuple(DTYPES),
+                   help="model weights: auto (CUDA bf16, CPU fp32) | fp32 | bf16")
     p.add_argument("--shape", default=d.shape, choices=SHAPES)
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
@@ -48,7 +51,14 @@ def config_from(args, method: str) -> SpecConfig:
 def load_pipeline(args):
     from core.models import DEFAULT_MODEL
     from core.pipeline import Pipeline
-    return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime)
+    return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime,
+                         dtype=torch_dtype(getattr(args, "dtype", "auto")))
+
+
+def torch_dtype(name: str):
+    """--dtype name -> torch dtype (None = load_model's default)."""
+    import torch
+    return {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16}[name]
 
 
 def run_once(pipe, prompt, cfg, chat=True) -> tuple:
@@ -73,7 +83,8 @@ def main(argv=None) -> int:
     pipe = load_pipeline(args)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)
-    out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method)
+    out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
+               dtype=str(pipe.model.dtype).removeprefix("torch."))
     if args.compare_ar:
         ar, ar_wall = run_once(pipe, args.prompt, SpecConfig(**{**cfg.to_dict(), "method": "ar"}), not args.no_chat)
         cmp = compare_to_ar(records, ar)

@@ -10,6 +10,15 @@ from transformers import DynamicCache
 NEG_INF = float("-inf")
 
 
+def sliding_windows(config) -> dict:
+    """{layer type: window (0 = full attention)} for configs with per-layer-type attention, else {}."""
+    types = set(getattr(config, "layer_types", None) or [])
+    window = getattr(config, "sliding_window", None) or 0
+    if "sliding_attention" not in types or not window:
+        return {}
+    return {t: (window if t == "sliding_attention" else 0) for t in types}
+
+
 class EagerRunner:
     runtime_name = "eager"
     fallback_reason = ""
@@ -23,6 +32,7 @@ class EagerRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.device = self.head_weight.device
+        self.windows = sliding_windows(model.config)
         self._features = None
         self.base.norm.register_forward_pre_hook(self._grab_features)
         self.reset()
@@ -31,7 +41,8 @@ class EagerRunner:
         self._features = args[0]
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        self.cache = DynamicCache()  # full-length layers: sliding windows live in the masks, so commit can index rows
+        self.row_pos = torch.zeros(0, dtype=torch.long)  # position of every cache row (committed, then pending)
         self.n_committed = 0
         self.n_pending = 0
 
@@ -41,6 +52,7 @@ class EagerRunner:
 
         Returns (hidden after the final norm [n, d], features before the norm [n, d])."""
         n = ids.shape[0]
+        self.row_pos = torch.cat([self.row_pos, pos.view(-1).cpu()])
         attn = self._float_mask(n, mask)
         out = self.base(input_ids=ids.view(1, n).to(self.device), position_ids=pos.view(1, n).to(self.device),
                         attention_mask=attn, cache=self.cache, use_cache=True)
@@ -48,14 +60,22 @@ class EagerRunner:
         return out.last_hidden_state[0], self._features[0]
 
     def _float_mask(self, n, mask):
-        """[1, 1, n, committed + pending + n] additive mask: 0 = visible, -inf = hidden."""
+        """[1, 1, n, committed + pending + n] additive mask: 0 = visible, -inf = hidden; for models with
+        sliding-window layers a dict {layer type: mask} (transformers takes one mask per layer type)."""
         if mask is None:
             mask = torch.ones(n, self.n_pending + n, dtype=torch.bool).tril(self.n_pending)
         full = torch.ones(n, self.n_committed + self.n_pending + n, dtype=torch.bool)
         full[:, self.n_committed:] = mask
+        if not self.windows:
+            return self._additive(full)
+        q = self.row_pos[-n:].view(-1, 1)
+        near = {t: full & (q - self.row_pos.view(1, -1) < w) if w else full for t, w in self.windows.items()}
+        return {t: self._additive(v) for t, v in near.items()}
+
+    def _additive(self, visible):
         dtype = self.head_weight.dtype
-        out = torch.zeros(full.shape, dtype=dtype).masked_fill_(~full, torch.finfo(dtype).min)
-        return out.view(1, 1, *full.shape).to(self.device)
+        out = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)
+        return out.view(1, 1, *visible.shape).to(self.device)
 
     def logits(self, hidden):
         """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any)."""
@@ -73,5 +93,6 @@ class EagerRunner:
                 continue
             layer.keys = layer.keys.index_select(2, idx)
             layer.values = layer.values.index_select(2, idx)
+        self.row_pos = self.row_pos[idx.cpu()]
         self.n_committed += keep.numel()
         self.n_pending = 0

@@ -1,4 +1,4 @@
-"""python -m core bench-runtime: eager (transformers) vs fast runtime, side by side in one process.
+"""python -m core bench-runtime: eager (transformers) vs fast runtime, fp32 and bf16, side by side in one process.
 
 Every timing interleaves the contenders rep by rep and reports the minimum (the machine may be shared:
 the minimum is the best estimate of the uncontended cost, ratios are what to read). `--clock cpu` times
@@ -35,6 +35,7 @@ class BenchArgs:
     new_tokens: int = 48
     lookup: int = 10          # prompt_lookup_num_tokens for the second generate row
     clock: str = "wall"       # wall | cpu (this thread's CPU time; use with --threads 1)
+    dtype: str = "fp32,bf16"  # the model dtypes to run, side by side (fp32 eager is the reference)
     json: str = ""
 
 
@@ -89,31 +90,37 @@ def bench_passes(runners: dict, ids, a: BenchArgs) -> dict:
 
 
 def pass_table(times: dict, names, sizes) -> list:
-    rows = ["| n | " + " | ".join(f"{x} fwd | {x} fwd+head" for x in names) + " | fast/eager (fwd+head) "
-            "| fast vs its n=1 |", "|---" * (2 * len(names) + 3) + "|"]
+    """Per runner: forward ms, forward + head ms, and forward + head relative to its own n = 1."""
+    rows = ["| n | " + " | ".join(f"{x} fwd | {x} fwd+head | {x} vs n=1" for x in names) + " |",
+            "|---" * (3 * len(names) + 1) + "|"]
     base = {x: min(f + h for f, h in times[(x, 1)]) for x in names}
     for n in sizes:
         best = {x: min(f + h for f, h in times[(x, n)]) for x in names}
-        cells = [f"{min(f for f, _ in times[(x, n)]):.1f} | {best[x]:.1f}" for x in names]
-        rows.append(f"| {n} | " + " | ".join(cells) +
-                    f" | {best['fast'] / best['eager']:.2f} | {best['fast'] / base['fast']:.2f} |")
+        cells = [f"{min(f for f, _ in times[(x, n)]):.1f} | {best[x]:.1f} | {best[x] / base[x]:.2f}" for x in names]
+        rows.append(f"| {n} | " + " | ".join(cells) + " |")
     return rows
 
 
 # ---------------------------------------------------------------- full-head GEMV
 
-def bench_head(model, runners: dict, reps: int) -> dict:
-    """n = 1 full-vocab logits: transformers' F.linear(x, W) and each fast runner's `logits`."""
-    W = model.get_output_embeddings().weight.detach()
-    x = torch.randn(1, W.shape[1], dtype=W.dtype)
-    gb = W.numel() * W.element_size() / 1e9
-    runs = {"eager F.linear(x, W)": lambda: F.linear(x, W)}
-    runs.update({f"{k}.logits": (lambda r=r: r.logits(x)) for k, r in runners.items() if k != "eager"})
+def bench_head(models: dict, runners: dict, reps: int) -> dict:
+    """n = 1 full-vocab logits: transformers' F.linear(x, W) per model dtype and each fast runner's `logits`;
+    GB/s counts the head's bytes in its own dtype."""
+    runs = {}
+    for name, model in models.items():
+        W = model.get_output_embeddings().weight.detach()
+        x = torch.randn(1, W.shape[1], dtype=W.dtype)
+        runs[f"eager {name} F.linear(x, W)"] = (lambda x=x, W=W: F.linear(x, W)), W
+    for k, r in runners.items():
+        if not k.startswith("eager"):
+            x = torch.randn(1, r.d, dtype=r.dtype)
+            runs[f"{k}.logits"] = (lambda r=r, x=x: r.logits(x)), r.head_weight
     ms = {k: [] for k in runs}
     for _ in range(reps * 3):
-        for k, fn in runs.items():
+        for k, (fn, _) in runs.items():
             ms[k].append(clock(fn)[0])
-    return {k: (min(v), gb / (min(v) / 1e3), gb / (statistics.median(v) / 1e3)) for k, v in ms.items()}
+    gb = {k: W.numel() * W.element_size() / 1e9 for k, (_, W) in runs.items()}
+    return {k: (min(v), gb[k] / (min(v) / 1e3), gb[k] / (statistics.median(v) / 1e3)) for k, v in ms.items()}
 
 
 # ---------------------------------------------------------------- greedy decoding
@@ -144,14 +151,23 @@ def hf_generate(model, prompt: list, n_new: int, lookup: int = 0) -> list:
     return out[0, len(prompt):].tolist()
 
 
-def bench_decode(model, tok, runners: dict, a: BenchArgs) -> tuple:
+def common_prefix(a: list, b: list) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def bench_decode(models: dict, tok, runners: dict, a: BenchArgs) -> tuple:
+    """tok/s of each runner's greedy loop and of transformers `generate` (plain and with prompt lookup) per
+    model dtype; agreement = prompts identical to, and tokens before the first difference from, the first
+    model's `generate` (fp32 eager: the reference)."""
     from core.models import chat_prompt_ids
 
-    eos = {model.generation_config.eos_token_id} if isinstance(model.generation_config.eos_token_id, int) \
-        else set(model.generation_config.eos_token_id or [])
+    gen_cfg = next(iter(models.values())).generation_config
+    eos = {gen_cfg.eos_token_id} if isinstance(gen_cfg.eos_token_id, int) else set(gen_cfg.eos_token_id or [])
     ways = {f"{k} runner greedy": (lambda p, r=r: greedy(r, p, a.new_tokens, eos)) for k, r in runners.items()}
-    ways["transformers generate"] = lambda p: hf_generate(model, p, a.new_tokens)
-    ways[f"transformers generate + prompt lookup {a.lookup}"] = lambda p: hf_generate(model, p, a.new_tokens, a.lookup)
+    for name, model in models.items():
+        ways[f"transformers generate {name}"] = lambda p, m=model: hf_generate(m, p, a.new_tokens)
+        ways[f"transformers generate {name} + prompt lookup {a.lookup}"] = \
+            lambda p, m=model: hf_generate(m, p, a.new_tokens, a.lookup)
     prompts = [chat_prompt_ids(tok, t) for t in PROMPTS]
     best = {k: [float("inf")] * len(prompts) for k in ways}
     outs = {k: [None] * len(prompts) for k in ways}
@@ -162,43 +178,68 @@ def bench_decode(model, tok, runners: dict, a: BenchArgs) -> tuple:
                 best[k][i], outs[k][i] = min(best[k][i], ms), out
     toks = {k: sum(len(o) for o in v) for k, v in outs.items()}
     rate = {k: toks[k] / (sum(best[k]) / 1e3) for k in ways}
-    same = {k: sum(o == r for o, r in zip(outs[k], outs["transformers generate"])) for k in ways}
+    ref = outs[f"transformers generate {next(iter(models))}"]
+    same = {k: (sum(o == r for o, r in zip(outs[k], ref)), sum(common_prefix(o, r) for o, r in zip(outs[k], ref)))
+            for k in ways}
     return rate, toks, same, len(prompts)
 
 
 # ---------------------------------------------------------------- main
 
-def main(argv=None) -> int:
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def build(a: BenchArgs) -> tuple:
+    """({dtype name: model}, tokenizer, {name: runner}, fast build seconds): per dtype the fast runner in its
+    default layout (fp32: hybrid, on a copy of the model: it rebinds the model's params; bf16: packed), and for
+    fp32 also the eager runner (the reference) and the blocked layout (both on the untouched model)."""
     from core.models import load_model
 
+    models, runners, build_s = {}, {}, {}
+    for name in a.dtype.split(","):
+        model, tok = load_model(a.model, dtype=DTYPES[name])
+        models[name] = model
+        if name == "fp32":
+            runners["eager"] = EagerRunner(model, tok)
+        own = copy.deepcopy(model) if name == "fp32" else model
+        build_s[name], runners["fast" if name == "fp32" else f"fast-{name}"] = clock(lambda: FastRunner(own, tok))
+        if name == "fp32":
+            runners["fast-blocked"] = FastRunner(model, tok, FastConfig(layout="blocked"))
+    return models, tok, runners, build_s
+
+
+def main(argv=None) -> int:
     global TIMER
     a = parse(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    t_load, (model, tok) = clock(lambda: load_model(a.model))
-    t_build, fast = clock(lambda: FastRunner(model, tok, FastConfig(layout="blocked")))  # model untouched
-    hybrid = FastRunner(copy.deepcopy(model), tok, FastConfig(layout="hybrid"))  # rebinds its model's params
-    eager = EagerRunner(model, tok)
+    t_load, (models, tok, runners, build_s) = clock(lambda: build(a))
     TIMER = time.thread_time if a.clock == "cpu" else time.perf_counter
-    runners = {"eager": eager, "fast": fast, "fast-hybrid": hybrid}
     print(f"# bench-runtime: {a.model}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"cache {a.cache}, reps {a.reps}, clock {a.clock}")
-    print(f"load {t_load / 1e3:.1f} s; fast runner build (blocked re-layout) {t_build / 1e3:.2f} s (wall), "
-          "no compile step\nfast = blocked layout (the default), fast-hybrid = plain GEMV for n=1, blocked for n>1\n")
-    ids = torch.randint(3, fast.vocab_size, (a.cache + 64,), generator=torch.Generator().manual_seed(0))
+    print(f"load + build {t_load / 1e3:.1f} s; fast runner build (re-layout) " +
+          ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in build_s.items()) + " (wall), no compile step")
+    print("layouts: " + ", ".join(f"{k} {getattr(r, 'cfg', None) and r.cfg.layout or 'transformers'}"
+                                  for k, r in runners.items()) + "\n")
+    first = next(r for k, r in runners.items() if k != "eager")
+    ids = torch.randint(3, first.vocab_size, (a.cache + 64,), generator=torch.Generator().manual_seed(0))
     sizes = [int(s) for s in a.sizes.split(",")]
     times = bench_passes(runners, ids, a)
     print(f"## target pass ms (min over {a.reps}), cache {a.cache}")
     print("\n".join(pass_table(times, list(runners), sizes)))
-    print("\n## full-head GEMV (n=1)\n| layout | ms (min) | GB/s (min) | GB/s (median) |\n|---|---|---|---|")
-    head = bench_head(model, runners, a.reps)
+    print("\n## full-head GEMV (n=1)\n| path | ms (min) | GB/s (min) | GB/s (median) |\n|---|---|---|---|")
+    head = bench_head(models, runners, a.reps)
     for k, (ms, gbs, gbs_med) in head.items():
         print(f"| {k} | {ms:.2f} | {gbs:.1f} | {gbs_med:.1f} |")
-    rate, toks, same, n_p = bench_decode(model, tok, runners, a)
-    print(f"\n## greedy decoding, {n_p} prompts x {a.new_tokens} new tokens (best of 2 per prompt)")
-    print("| method | tok/s | tokens | same tokens as generate | vs generate |\n|---|---|---|---|---|")
+    rate, toks, same, n_p = bench_decode(models, tok, runners, a)
+    ref = f"transformers generate {next(iter(models))}"
+    print(f"\n## greedy decoding, {n_p} prompts x {a.new_tokens} new tokens (best of 2 per prompt); "
+          f"agreement with `{ref}`")
+    print("| method | tok/s | tokens | prompts identical | tokens before first difference | vs generate |\n"
+          "|---|---|---|---|---|---|")
     for k in rate:
-        print(f"| {k} | {rate[k]:.1f} | {toks[k]} | {same[k]}/{n_p} | {rate[k] / rate['transformers generate']:.2f} |")
+        print(f"| {k} | {rate[k]:.1f} | {toks[k]} | {same[k][0]}/{n_p} | {same[k][1]}/{toks[ref]} | "
+              f"{rate[k] / rate[ref]:.2f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "passes": {f"{k[0]}:{k[1]}": v for k, v in times.items()},

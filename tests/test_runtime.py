@@ -4,8 +4,9 @@ import torch
 
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir, tiny_model
-from core.runtime import FastConfig, FastRunner, make_runner
+from core.runtime import FastConfig, FastRunner, make_runner, packed_ok
 
+pytestmark = pytest.mark.usefixtures("single_thread")
 ATOL = 1e-4
 
 
@@ -61,10 +62,13 @@ def path(parents, i) -> list:
 
 @pytest.mark.parametrize("kind,layout", [("llama", "hybrid"), ("llama", "plain"), ("llama", "blocked"),
                                          ("qwen2", "hybrid"), ("qwen3", "hybrid"), ("gemma3", "hybrid"),
-                                         ("gemma3", "blocked")])
+                                         ("gemma3", "blocked"), ("llama", "eager"), ("gemma3", "eager")])
 def test_prefill_tree_commit_match_transformers(kind, layout):
+    """Both runners; gemma3's 12-token prompt outgrows its 4-token sliding window."""
+    from core.runner import EagerRunner
     model = tiny_variant(kind)
-    runner = FastRunner(model, None, FastConfig(max_len=16, layout=layout))  # small: the tree step regrows
+    runner = (EagerRunner(model) if layout == "eager"
+              else FastRunner(model, None, FastConfig(max_len=16, layout=layout)))  # small: the tree step regrows
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(3, 512, (12,), generator=g).tolist()
     nodes = torch.randint(3, 512, (4,), generator=g).tolist()
@@ -114,7 +118,7 @@ def test_shared_weights_leave_transformers_unchanged():
     assert hybrid.layers[0]["wgu"][1].dim() == 3 and hybrid.head_t[1].dim() == 3
     torch.testing.assert_close(ref_logits(model, ids), before, atol=1e-5, rtol=0)
     other = tiny_variant("qwen2")
-    blocked = FastRunner(other)  # the default layout leaves the model's tensors alone
+    blocked = FastRunner(other, None, FastConfig(layout="blocked"))  # leaves the model's tensors alone
     assert blocked.layers[0]["wgu"][0] is None and other.model.layers[0].mlp.up_proj.weight.is_contiguous()
 
 
@@ -192,3 +196,95 @@ def test_second_runner_reuses_weights():
     a, b = FastRunner(model), FastRunner(model)
     assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
     assert a.layers[1]["wgu"][1].data_ptr() == b.layers[1]["wgu"][1].data_ptr()
+
+
+# ---------------------------------------------------------------- bf16: packed oneDNN weights
+
+needs_packed = pytest.mark.skipif(not packed_ok(), reason="oneDNN cannot pack bf16 weights on this CPU")
+
+
+def chain_and_steps(runner, prompt, nodes):
+    """Logits of `nodes` after `prompt`: one batched pass, then one pass per node (same cache rows)."""
+    runner.reset()
+    runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
+    runner.commit(torch.arange(len(prompt)))
+    C, n = len(prompt), len(nodes)
+    batched = runner.logits(runner.forward(torch.tensor(nodes), torch.arange(C, C + n))[0])
+    runner.commit(torch.zeros(0, dtype=torch.long))
+    steps = [runner.logits(runner.forward(torch.tensor([t]), torch.tensor([C + i]))[0]) for i, t in enumerate(nodes)]
+    return batched, torch.cat(steps)
+
+
+@needs_packed
+def test_packed_bf16_logits_match_unpacked_bf16():
+    model = tiny_variant("qwen2").to(torch.bfloat16)
+    prompt = list(range(3, 40))
+    packed = FastRunner(model, None, FastConfig(layout="packed"))
+    blocked = FastRunner(model, None, FastConfig(layout="blocked"))
+    for got, want in zip(chain_and_steps(packed, prompt, [5, 9, 11]), chain_and_steps(blocked, prompt, [5, 9, 11])):
+        torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bf16: 2^-8 relative per rounding
+
+
+@needs_packed
+@pytest.mark.parametrize("n", [2, 7, 16, 32])
+def test_packed_bf16_rows_do_not_depend_on_the_pass_size(n):
+    runner = FastRunner(tiny_variant("llama").to(torch.bfloat16))
+    assert runner.cfg.layout == "packed"
+    g = torch.Generator().manual_seed(n)
+    prompt, nodes = torch.randint(3, 512, (20,), generator=g).tolist(), torch.randint(3, 512, (n,), generator=g).tolist()
+    batched, steps = chain_and_steps(runner, prompt, nodes)
+    assert torch.equal(batched, steps)
+
+
+@needs_packed
+def test_packed_bf16_tree_paths_equal_decoding_them_one_by_one():
+    runner = FastRunner(tiny_variant("llama", seed=5).to(torch.bfloat16))
+    parents = [-1, 0, 0, 1, 2, 4, 4, 6]  # the path to node 7 sits on rows 0, 2, 4, 6, 7: gaps in the cache
+    g = torch.Generator().manual_seed(4)
+    prompt, nodes = torch.randint(3, 512, (30,), generator=g).tolist(), torch.randint(3, 512, (8,), generator=g)
+    runner.forward(torch.tensor(prompt), torch.arange(30))
+    runner.commit(torch.arange(30))
+    depth = torch.tensor([len(path(parents, i)) - 1 for i in range(8)])
+    tree = runner.logits(runner.forward(nodes, 30 + depth, tree_mask(parents))[0])
+    runner.commit(torch.zeros(0, dtype=torch.long))
+    on_path = path(parents, 7)
+    steps = [runner.logits(runner.forward(nodes[j:j + 1], torch.tensor([30 + k]))[0]) for k, j in enumerate(on_path)]
+    assert torch.equal(tree[on_path], torch.cat(steps))
+
+
+def test_bf16_without_packing_falls_back_to_the_plain_layouts(monkeypatch):
+    monkeypatch.setattr("core.runtime.packed_ok", lambda: False)
+    model = tiny_variant("llama").to(torch.bfloat16)
+    runner = make_runner(model, None, "auto", FastConfig(layout="auto"))
+    assert runner.runtime_name == "fast" and runner.cfg.layout == "hybrid"
+    prompt = list(range(3, 20))
+    hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
+    assert hid.dtype == torch.bfloat16
+    torch.testing.assert_close(runner.logits(hid), ref_logits(model, prompt), atol=0.1, rtol=0.05)
+    with pytest.raises(ValueError):
+        FastRunner(model, None, FastConfig(layout="packed"))
+    with pytest.raises(SpecError):
+        make_runner(model, None, "fast", FastConfig(layout="packed"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_packed)])
+@pytest.mark.parametrize("method", ["full", "frspec", "nanospec", "slimspec", "nanoslim"])
+def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
+    """fp32: token for token up to a near-tie (the batched and 1-token GEMMs round differently);
+    bf16 packed: exactly (its rows do not depend on the pass size)."""
+    from conftest import peaky_tiny
+    from core.config import SpecConfig
+    from core.draft import ModelDrafter
+    from core.engine import generate
+    from core.heads import build_head
+    from core.trace import compare_to_ar
+
+    model = peaky_tiny(0).to(dtype)
+    prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
+    ar = list(generate(FastRunner(model), None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=48, rank=16)
+    drafter = ModelDrafter(FastRunner(model))
+    head = build_head(method, drafter.head_weight, cfg, fr_ids=torch.arange(0, 300, 3))
+    spec = list(generate(FastRunner(model), drafter, head, prompt, cfg))
+    cmp = compare_to_ar(spec, ar, tol=ATOL if dtype == torch.float32 else 0.0)
+    assert cmp["identical"], cmp
