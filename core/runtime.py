@@ -1,8 +1,9 @@
 """FastRunner: a compact gpt-fast-style forward for llama-family models and gemma3, same interface as EagerRunner.
 
 Weights come from the transformers model, re-laid out once (q|k|v and gate|up fused, transposed):
-- plain: [in, out] contiguous, and the transformers params rebound to views of it (no second copy);
-  best for 1 token (BLAS GEMV).
+- plain: [in, out] contiguous, and the transformers layer params rebound to views of it (no second copy);
+  best for 1 token (BLAS GEMV). The LM head keeps its row-major [V, d] (draft heads gather its rows) beside
+  a transposed copy for the GEMV.
 - blocked: each [in, out] matrix cut into column blocks that fit in half the L2 cache, stored
   [n_blocks, in, block] and multiplied with one bmm. BLAS packs the right-hand side of a small-M GEMM;
   for a whole matrix that is a second trip through DRAM, for an L2-sized block it is not, so a 16-token
@@ -213,19 +214,13 @@ def forms(wt, fc: FastConfig) -> tuple:
 
 
 def head_weights(model, cfg: FastConfig):
-    """(embedding [V, d], head^T forms (see `forms`), head [V, d]). plain/hybrid: the model's head (and tied
-    embedding) rebound to the transposed copy; blocked/packed: the model's tensors stay as they are."""
+    """(embedding [V, d], head^T forms (see `forms`), head [V, d]). The model's head stays row-major in every
+    layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
+    embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    tied = emb.weight is head.weight or emb.weight.data_ptr() == head.weight.data_ptr()
     if cfg.layout == "packed":
         return emb.weight.detach(), (None, None, pack(head.weight.detach())), head.weight.detach()
-    head_t = head.weight.detach().t().contiguous()
-    if cfg.layout == "blocked":
-        return emb.weight.detach(), forms(head_t, cfg), head.weight.detach()
-    head.weight.data = head_t.t()
-    if tied:
-        emb.weight.data = head_t.t()
-    return emb.weight.detach(), forms(head_t, cfg), head_t.t()
+    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), cfg), head.weight.detach()
 
 
 @torch.no_grad()
@@ -376,7 +371,7 @@ class FastRunner:
         self.row_pos[start:start + n] = pos
         bias = self._biases(tree_bias(mask, n, C, P, self.att), pos, start + n)
         rope = {k: (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)) for k, (cos, sin) in self.rope.items()}
-        x = F.embedding(ids, self.embed).to(self.act)  # (plain layout: a strided view, F.embedding gathers it fast)
+        x = F.embedding(ids, self.embed).to(self.act)
         x = x * a.embed_scale if a.embed_scale != 1.0 else x
         for w, kv in zip(self.layers, self.kv):
             x = layer_forward(x, w, kv, *rope[w["rope"]], bias[w["window"]], start, a)

@@ -55,6 +55,10 @@ class TrainConfig:
     max_tokens: int = 0           # stop data generation at this many cached tokens (0 = no limit)
     cache_dtype: str = "bfloat16" # target dtype while building the cache (AMX bf16 is ~2x fp32 on this CPU)
     amp: bool = True              # bf16 autocast for the training matmuls (fp32 master weights)
+    prompt_w: float = 1.0         # loss weight of prompt/chat-template targets (response targets: 1)
+    init: str = ""                # start from a head: a train-eagle ckpt.pt or a dir with eagle.safetensors
+    holdout: int = 0              # held-out prompts of the eval split, self-distilled, for the response agreement
+    eval_every: int = 100         # steps between held-out response agreement checks
 
 
 def log(out, msg):
@@ -102,6 +106,26 @@ def chat_ids(tok, prompt, response=None):
     if response is not None:
         ids += tok(response, add_special_tokens=False)["input_ids"]
     return ids
+
+
+def response_marker(tok):
+    """The generation-prompt ids the chat template appends before the assistant's response."""
+    msgs = [{"role": "user", "content": "x"}]
+    a, b = (tok.apply_chat_template(msgs, add_generation_prompt=g, tokenize=True) for g in (True, False))
+    a, b = (list(x["input_ids"] if hasattr(x, "keys") else x) for x in (a, b))
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[n:]
+
+
+def response_start(x, marker):
+    """Index of the first response token of x (after the last `marker`); 0 if there is none."""
+    x, m = x.tolist(), len(marker)
+    for i in range(len(x) - m, -1, -1):
+        if x[i:i + m] == marker:
+            return i + m
+    return 0
 
 
 # ---------------------------------------------------------------- feature cache
@@ -189,6 +213,21 @@ def build_cache(model, tok, cfg, pairs):
     hook.h.remove()
 
 
+def build_heldout(model, tok, cfg, pairs):
+    """DIR/heldout.pt: the target's greedy generations of cfg.holdout eval-split prompts (never trained on)."""
+    path = os.path.join(cfg.out, "heldout.pt")
+    if not cfg.holdout or os.path.exists(path):
+        return
+    hook = FeatureHook(model)
+    rows = []
+    for j in range(0, cfg.holdout, cfg.gen_batch):
+        rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + cfg.gen_batch, cfg.holdout)]], cfg, hook)
+    hook.h.remove()
+    torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    log(cfg.out, f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
+
+
 def cached_tokens(out):
     n = 0
     for p in glob.glob(os.path.join(out, "cache", "shard_*.pt")):
@@ -231,21 +270,30 @@ def with_negatives(sub, V, n, gen):
     return torch.cat([sub, others[torch.randperm(len(others), generator=gen)[:n]]])
 
 
-def sample_batch(ids, feats, cfg, rng):
-    """B random windows of <= seq_len tokens, padded at the end. -> X [B,T], Fe [B,T,d], valid [B,T]."""
+def target_weights(L, start, prompt_w):
+    """Loss weight per target feature f_t [L]: f_t predicts x_{t+1}, a response token iff t >= start - 1."""
+    w = torch.full((L,), float(prompt_w))
+    w[max(0, start - 1):] = 1.0
+    return w
+
+
+def sample_batch(ids, feats, cfg, rng, starts=None):
+    """B random windows of <= seq_len tokens, padded at the end. -> X [B,T], Fe [B,T,d], weight [B,T]
+    (0 on padding, cfg.prompt_w on prompt targets when `starts` gives each sequence's response start)."""
     rows = [rng.randrange(len(ids)) for _ in range(cfg.batch)]
     wins = []
     for r in rows:
         L = len(ids[r])
         s = rng.randrange(max(1, L - cfg.seq_len + 1))
-        wins.append((ids[r][s:s + cfg.seq_len].long(), feats[r][s:s + cfg.seq_len].float()))
+        w = target_weights(L, starts[r], cfg.prompt_w) if starts else torch.ones(L)
+        wins.append((ids[r][s:s + cfg.seq_len].long(), feats[r][s:s + cfg.seq_len].float(), w[s:s + cfg.seq_len]))
     T = max(len(w[0]) for w in wins)
     X = torch.zeros(len(wins), T, dtype=torch.long)
     Fe = torch.zeros(len(wins), T, feats[0].shape[-1])
-    valid = torch.zeros(len(wins), T, dtype=torch.bool)
-    for b, (x, f) in enumerate(wins):
-        X[b, :len(x)], Fe[b, :len(x)], valid[b, :len(x)] = x, f, True
-    return X, Fe, valid
+    weight = torch.zeros(len(wins), T)
+    for b, (x, f, w) in enumerate(wins):
+        X[b, :len(x)], Fe[b, :len(x)], weight[b, :len(x)] = x, f, w
+    return X, Fe, weight
 
 
 def ttt_mask(L, s):
@@ -274,7 +322,7 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     loss, stats = 0.0, {}
     for s in range(1, cfg.depth + 1):
         ids, tgt = shift(X, s), shift(Fe, s)
-        ok = shift(valid, s, False)
+        ok = shift(valid, s, 0)
         mask = None if s == 1 else ttt_mask(L, s)
         past = None if s == 1 else (torch.cat(keys, 2), torch.cat(vals, 2))
         out, (k, v) = head(feat, ids, pos + (s - 1), mask, past)
@@ -313,12 +361,44 @@ def save_ckpt(path, head, opt, step, rng, extra):
 def new_head(model, cfg):
     ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth,
                        feature="pre_norm" if cfg.final_norm else "post_norm")
-    return init_from_target(EagleHead(model.config, ecfg), model).attach(model)
+    head = init_from_target(EagleHead(model.config, ecfg), model).attach(model)
+    if cfg.init.endswith(".pt"):
+        head.load_state_dict(torch.load(cfg.init, weights_only=False)["head"])
+    elif cfg.init:
+        from safetensors.torch import load_file
+        sd = load_file(os.path.join(cfg.init, "eagle.safetensors"))
+        head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+    return head
+
+
+@torch.no_grad()
+def heldout_agreement(head, W, held, sigma, cfg):
+    """Top-1 agreement with the target over the FULL vocabulary on the held-out generations' response
+    targets only, per training-time-test depth (teacher-forced features, as in draft_losses)."""
+    ids, feats, starts = held
+    tot, n = {}, 0.0
+    for x, f, s in zip(ids, feats, starts):
+        w = target_weights(len(x), s, 0.0)[None]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp):
+            _, st = draft_losses(head, W, x.long()[None], f.float()[None], w, sigma, cfg)
+        k = float(w[0, 1:].sum())
+        for key in st:
+            if key.startswith("a"):
+                tot[key] = tot.get(key, 0.0) + st[key] * k
+        n += k
+    return {"h" + k[1:]: v / max(n, 1.0) for k, v in sorted(tot.items())}
 
 
 def train(model, tok, cfg, eval_pairs):
     ids, feats = load_cache(cfg.out)
     ntok = sum(len(i) for i in ids)
+    marker = response_marker(tok)
+    starts = [response_start(x, marker) for x in ids]
+    hp = os.path.join(cfg.out, "heldout.pt")
+    held = None
+    if os.path.exists(hp):
+        h = torch.load(hp)
+        held = (h["ids"], h["feats"], [response_start(x, marker) for x in h["ids"]])
     head = new_head(model, cfg)
     W = model.get_output_embeddings().weight.detach()
     sub = token_subset(ids, W.shape[0], cfg.vocab_subset - cfg.negatives if cfg.vocab_subset else 0)
@@ -328,15 +408,22 @@ def train(model, tok, cfg, eval_pairs):
     rng = random.Random(cfg.seed)
     neg_gen = torch.Generator().manual_seed(cfg.seed)
     ck = os.path.join(cfg.out, "ckpt.pt")
-    step, hist, spent = 0, [], 0.0
+    step, hist, spent, held_first = 0, [], 0.0, {}
     if os.path.exists(ck):
         c = torch.load(ck, weights_only=False)
         head.load_state_dict(c["head"]), opt.load_state_dict(c["opt"])
         step, hist, spent = c["step"], c.get("hist", []), c.get("spent", 0.0)
         rng.setstate(c["rng"]), torch.set_rng_state(c["torch_rng"])
         neg_gen.set_state(c["neg"])
+        held_first = c.get("held0", {})
         log(cfg.out, f"resumed at step {step}")
-    log(cfg.out, f"train: {len(ids)} seqs, {ntok} tokens, subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
+    resp = sum(len(x) - s for x, s in zip(ids, starts))
+    log(cfg.out, f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
+    check = lambda: heldout_agreement(head, W, held, sigma, cfg) if held else {}
+    held0 = check()
+    held_first = held_first or held0
+    if held0:
+        log(cfg.out, f"held-out response agreement at step {step}: " + " ".join(f"{k}={v:.3f}" for k, v in held0.items()))
     from tqdm import tqdm
     bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
     t_ck, t0, seen, run = time.time(), time.time(), 0, {}
@@ -344,7 +431,7 @@ def train(model, tok, cfg, eval_pairs):
     while step < cfg.steps and frac() < 1.0:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg, frac())
-        X, Fe, valid = sample_batch(ids, feats, cfg, rng)
+        X, Fe, valid = sample_batch(ids, feats, cfg, rng, starts)
         W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen)]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp):
             loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
@@ -353,7 +440,7 @@ def train(model, tok, cfg, eval_pairs):
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         step += 1
-        seen += int(valid.sum())
+        seen += int((valid > 0).sum())
         for k, v in st.items():
             run[k] = 0.95 * run.get(k, v) + 0.05 * v
         bar.update(1)
@@ -363,14 +450,22 @@ def train(model, tok, cfg, eval_pairs):
             log(cfg.out, f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg, frac()):.2e} "
                          f"{seen / (time.time() - t0):.0f} tok/s, {(spent + time.time() - t0) / 60:.1f} min")
             hist.append({"step": step, **run})
+        if held and step % cfg.eval_every == 0:
+            hist.append({"step": step, **check()})
+            log(cfg.out, f"held-out response agreement at step {step}: "
+                         + " ".join(f"{k}={v:.3f}" for k, v in hist[-1].items() if k != "step"))
         if time.time() - t_ck > cfg.ckpt_min * 60 or step == cfg.steps:
-            save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state()})
+            save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state(),
+                                                 "held0": held_first})
             t_ck = time.time()
     bar.close()
-    save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state()})
+    save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state(),
+                                         "held0": held_first})
     save_head(head, cfg.out)
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
-            "minutes": (spent + time.time() - t0) / 60}
+            "minutes": (spent + time.time() - t0) / 60, "response": resp, "held0": held_first, "held": check()}
+    if card["held"]:
+        log(cfg.out, "held-out response agreement at the end: " + " ".join(f"{k}={v:.3f}" for k, v in card["held"].items()))
     prompts, card["eval_src"] = eval_prompts(cfg, eval_pairs)
     acc = evaluate(model, tok, head, prompts, cfg)
     write_card(cfg, card, acc)
@@ -504,9 +599,14 @@ def write_card(cfg, card, acc, path=None):
              f"- loss: {cfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {cfg.tok_w} * "
              f"CE(p_target || q) over the {card['subset']} most frequent ids of the cache + {cfg.negatives} random other "
              f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={cfg.amp}",
+             f"- loss weight of prompt/chat-template targets: {cfg.prompt_w} (response targets 1); init: "
+             f"{cfg.init or 'the target last layer'}",
              f"- wall clock: {card.get('minutes', 0):.0f} min of training on one CPU thread (shared machine)",
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
-             + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)", "",
+             + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
+             f"- held-out response agreement (full vocabulary, {cfg.holdout} self-distilled eval-split prompts, "
+             "teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
+                                                       for k, v in card.get("held", {}).items()), "",
              f"## Acceptance (greedy, full-vocabulary head W, fp32 target, {card.get('eval_src', '')}, "
              f"{cfg.eval_prompts} prompts x 64 new tokens)", "",
              "tau = tokens emitted per verify step (bonus included).", "",
@@ -544,6 +644,7 @@ def main(argv=None):
         p.requires_grad_(False)
     ev, tr = split_pairs(cfg)
     build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, tr)
+    build_heldout(model, tok, cfg, ev)
     model, tok = load_target(cfg.target)  # the exact fp32 target again (a bf16 round trip would round W)
     for p in model.parameters():
         p.requires_grad_(False)

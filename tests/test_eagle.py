@@ -5,7 +5,7 @@ import torch
 
 from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
 from core.models import tiny_model
-from core.train_eagle import TrainConfig, draft_losses, spec_generate, token_subset
+from core.train_eagle import TrainConfig, draft_losses, response_start, sample_batch, spec_generate, target_weights, token_subset
 from core.runner import EagerRunner
 
 
@@ -56,6 +56,17 @@ def test_trainer_loss_falls():
     # the token CE has a floor (the entropy of a random target, ~log V): check the total and the feature loss
     assert losses[-1] < losses[0] - 0.3
     assert st["f1"] < 0.7 * first["f1"] and st["a1"] >= first["a1"]
+
+
+def test_prompt_targets_weighted_by_response_start():
+    marker = [1, 2, 3]
+    x = torch.tensor([5, 1, 2, 3, 9, 1, 2, 3, 7, 8])
+    assert response_start(x, marker) == 8 and response_start(x[:3], marker) == 0  # the last marker; none -> 0
+    # f_t predicts x_{t+1}: targets t >= start - 1 predict response tokens
+    assert target_weights(10, 8, 0.5).tolist() == [0.5] * 7 + [1.0] * 3
+    cfg = TrainConfig(batch=3, seq_len=16, prompt_w=0.0)
+    _, _, w = sample_batch([x], [torch.zeros(10, 4)], cfg, random.Random(0), [8])
+    assert w.tolist() == [[0.0] * 7 + [1.0] * 3] * 3
 
 
 def test_save_load_round_trip(tmp_path):
