@@ -31,8 +31,8 @@ class SpecConfig:
     rank: int = 0  # 0 = d // 8
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
     depth: int = 4
-    top_k: int = 2
-    tree_size: int = 10
+    top_k: int = 3       # CPU defaults from a shape sweep (docs/NOTES.md): wider trees raise tau at ~flat verify cost
+    tree_size: int = 12
     gamma: int = 4
     max_new_tokens: int = 128
     temperature: float = 0.0
