@@ -13,6 +13,8 @@ from pathlib import Path
 import gradio as gr
 
 from core.config import METHODS, SpecConfig
+from core.paper import run_paper
+from core.prompts import CATEGORIES
 from core.errors import SpecError
 from core.trace import StepRecord, summarize
 from viz import plots
@@ -56,6 +58,7 @@ FALLBACK_EXAMPLES = [
 ]
 
 _LOAD_LOCK = threading.Lock()
+_PAPER_LOCK = threading.Lock()
 _STOP = {}  # session hash -> stop requested, only while that session has a run going
 LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds
 
@@ -528,6 +531,39 @@ def _default_settings() -> tuple:
     return c.w_max, c.k_pre, c.k_ver, c.fr_size, c.rank, c.depth, c.top_k, c.tree_size
 
 
+# ---------------------------------------------------------------- paper figures (same code as the CLI)
+
+def paper_settings(model_key, upload, limit, max_new, categories, out_dir) -> dict:
+    """run_paper's settings: the shipped prompts, or the JSONL file the user uploaded (a server-side temp
+    copy made by gradio, never a path typed by the user)."""
+    model_id, draft = parse_model_key(model_key)
+    settings = {"figures": out_dir, "limit": int(limit), "max_new_tokens": int(max_new), "model": model_id,
+                "draft": draft, "categories": list(categories or []) or None}
+    if upload:
+        settings["prompts"] = [upload if isinstance(upload, str) else upload.name]
+    return settings
+
+
+@GPU
+def paper_ui(model_key, upload, limit, max_new, categories, progress=gr.Progress()):
+    """Paper figures tab: core.paper.run_paper with gradio's progress bar. Outputs: note, report, files."""
+    try:
+        out_dir = tempfile.mkdtemp(prefix="speclens-paper-")
+        settings = paper_settings(model_key, upload, limit, max_new, categories, out_dir)
+        with _PAPER_LOCK:  # one grid at a time: it holds the model for minutes
+            paths = run_paper(settings, progress=progress)
+        report = Path(paths["report.md"]).read_text()
+        files = [p for name, p in sorted(paths.items()) if name.endswith((".md", ".csv", ".png", ".html"))]
+        return status_note(f"Done: {len(files)} files in the downloads below."), report, files
+    except SpecError as e:
+        gr.Warning(str(e))
+        return error_note(str(e)), gr.skip(), gr.skip()
+    except Exception as e:  # keep serving; the server log has the traceback
+        traceback.print_exc()
+        gr.Warning(f"internal error: {type(e).__name__}: {e}")
+        return error_note(f"internal error: {type(e).__name__}: {e}"), gr.skip(), gr.skip()
+
+
 # ---------------------------------------------------------------- layout
 
 def build_demo(hub: bool | None = None) -> gr.Blocks:
@@ -543,10 +579,15 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
                 ui = _run_tab(example, hub)
             with gr.Tab("Compare", id="compare"):
                 cmp = _compare_tab()
+            with gr.Tab("Paper figures", id="paper"):
+                pap = _paper_tab()
             with gr.Tab("Learn", id="learn"):
                 gr.HTML(learn_figure())
                 gr.Markdown(learn_markdown())
         _wire(demo, ui, cmp, trace_state, baselines)
+        pap["run"].click(paper_ui, [ui["model"], pap["upload"], pap["limit"], pap["max_new"], pap["categories"]],
+                         [pap["note"], pap["report"], pap["files"]], concurrency_id="model", concurrency_limit=1,
+                         api_visibility="private")
     return demo
 
 
@@ -659,6 +700,26 @@ def _compare_tab() -> dict:
     c["plot"] = gr.Plot(label="Coverage by method", show_label=False, elem_id="compare-plot")
     c["texts"] = gr.HTML(elem_id="compare-texts")
     return c
+
+
+def _paper_tab() -> dict:
+    p = {}
+    gr.Markdown("The papers' experiments on the model chosen in the Run tab: every method per prompt, FR-Spec "
+                "vocabulary sizes, W_max and stream-source sweeps; figures, CSVs and a report (the same code as "
+                "`python -m core bench --figures DIR`). One prompt per category at 128 tokens takes ~15 min on a "
+                "2-core CPU.")
+    with gr.Row():
+        p["upload"] = gr.File(label="Prompts (optional): Spec-Bench or HumanEval JSONL; empty = the shipped set",
+                              file_types=[".jsonl"], type="filepath")
+        with gr.Column():
+            p["limit"] = gr.Slider(1, 5, value=1, step=1, label="Prompts per category")
+            p["max_new"] = gr.Slider(16, 256, value=128, step=16, label="Max new tokens")
+            p["categories"] = gr.CheckboxGroup(list(CATEGORIES), value=[], label="Categories (none = all)")
+    p["run"] = gr.Button("Run the paper experiments", variant="primary", elem_id="paper-btn")
+    p["note"] = gr.HTML(elem_id="paper-note")
+    p["report"] = gr.Markdown(elem_id="paper-report")
+    p["files"] = gr.File(label="Figures (HTML, PNG), CSVs and report.md", file_count="multiple")
+    return p
 
 
 def _wire(demo, ui, cmp, trace_state, baselines) -> None:

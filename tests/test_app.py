@@ -1,6 +1,7 @@
 """app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,42 @@ def test_finished_runs_and_stray_stops_leave_no_session_state(fake_pipe):
                     8, 0.0, {}))
     app.request_stop(None)
     assert app._STOP == {}
+
+
+# ---------------------------------------------------------------- paper figures tab
+
+@pytest.fixture
+def fake_paper(monkeypatch):
+    """run_paper stand-in (the grid itself is tested in test_paper.py): records its settings, writes a report."""
+    seen = {}
+
+    def run_paper(settings, progress=None):
+        seen.update(settings)
+        progress(0.5, desc="half")
+        out = Path(settings["figures"])
+        (out / "report.md").write_text("# SpecLens paper figures\n\n| a |\n|---|\n| 1 |\n")
+        (out / "table2_speed.csv").write_text("category,method\n")
+        return {"report.md": str(out / "report.md"), "table2_speed.csv": str(out / "table2_speed.csv")}
+    monkeypatch.setattr(app, "run_paper", run_paper)
+    return seen
+
+
+def test_paper_tab_runs_the_grid_on_the_shipped_prompts_and_offers_every_file(fake_paper):
+    note, report, files = app.paper_ui(f"{app.DEFAULT_MODEL}|auto", None, 1, 128, [], progress=lambda *a, **k: None)
+    assert "Done" in note and report.startswith("# SpecLens paper figures")
+    assert sorted(Path(f).name for f in files) == ["report.md", "table2_speed.csv"]
+    assert "prompts" not in fake_paper and fake_paper["max_new_tokens"] == 128 and fake_paper["categories"] is None
+
+
+def test_paper_tab_uses_an_uploaded_prompt_file(fake_paper, tmp_path):
+    upload = tmp_path / "spec_bench.jsonl"
+    upload.write_text('{"question_id": "q1", "category": "qa", "turns": ["Why?"]}\n')
+    app.paper_ui(f"{app.DEFAULT_MODEL}|auto", str(upload), 2, 32, ["qa"], progress=lambda *a, **k: None)
+    assert fake_paper["prompts"] == [str(upload)] and fake_paper["limit"] == 2 and fake_paper["categories"] == ["qa"]
+
+
+def test_paper_tab_names_a_bad_prompt_file_instead_of_failing(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    note, _, _ = app.paper_ui(f"{app.DEFAULT_MODEL}|auto", str(bad), 1, 16, [], progress=lambda *a, **k: None)
+    assert "error" in note.lower() and "bad.jsonl" in note
