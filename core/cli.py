@@ -26,7 +26,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")
     p.add_argument("--draft", default="auto", help="auto | self | eagle | a draft model id sharing the tokenizer")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
-    p.add_argument("--dtype", default="auto", choices=tuple(DTYPES),
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (CUDA bf16, CPU fp32) | fp32 | bf16")
     p.add_argument("--shape", default=d.shape, choices=SHAPES)
     p.add_argument("--window", default=d.window, choices=WINDOWS)

@@ -186,18 +186,16 @@ def bench_decode(models: dict, tok, runners: dict, a: BenchArgs) -> tuple:
 
 # ---------------------------------------------------------------- main
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
 def build(a: BenchArgs) -> tuple:
     """({dtype name: model}, tokenizer, {name: runner}, fast build seconds): per dtype the fast runner in its
     default layout (fp32: hybrid, on a copy of the model: it rebinds the model's params; bf16: packed), and for
     fp32 also the eager runner (the reference) and the blocked layout (both on the untouched model)."""
+    from core.cli import torch_dtype
     from core.models import load_model
 
     models, runners, build_s = {}, {}, {}
     for name in a.dtype.split(","):
-        model, tok = load_model(a.model, dtype=DTYPES[name])
+        model, tok = load_model(a.model, dtype=torch_dtype(name))
         models[name] = model
         if name == "fp32":
             runners["eager"] = EagerRunner(model, tok)

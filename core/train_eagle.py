@@ -389,6 +389,10 @@ def heldout_agreement(head, W, held, sigma, cfg):
     return {"h" + k[1:]: v / max(n, 1.0) for k, v in sorted(tot.items())}
 
 
+def agreement_text(d) -> str:
+    return " ".join(f"{k}={v:.3f}" for k, v in d.items() if k != "step")
+
+
 def train(model, tok, cfg, eval_pairs):
     ids, feats = load_cache(cfg.out)
     ntok = sum(len(i) for i in ids)
@@ -423,7 +427,7 @@ def train(model, tok, cfg, eval_pairs):
     held0 = check()
     held_first = held_first or held0
     if held0:
-        log(cfg.out, f"held-out response agreement at step {step}: " + " ".join(f"{k}={v:.3f}" for k, v in held0.items()))
+        log(cfg.out, f"held-out response agreement at step {step}: {agreement_text(held0)}")
     from tqdm import tqdm
     bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
     t_ck, t0, seen, run = time.time(), time.time(), 0, {}
@@ -452,8 +456,7 @@ def train(model, tok, cfg, eval_pairs):
             hist.append({"step": step, **run})
         if held and step % cfg.eval_every == 0:
             hist.append({"step": step, **check()})
-            log(cfg.out, f"held-out response agreement at step {step}: "
-                         + " ".join(f"{k}={v:.3f}" for k, v in hist[-1].items() if k != "step"))
+            log(cfg.out, f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
         if time.time() - t_ck > cfg.ckpt_min * 60 or step == cfg.steps:
             save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state(),
                                                  "held0": held_first})
@@ -465,7 +468,7 @@ def train(model, tok, cfg, eval_pairs):
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
             "minutes": (spent + time.time() - t0) / 60, "response": resp, "held0": held_first, "held": check()}
     if card["held"]:
-        log(cfg.out, "held-out response agreement at the end: " + " ".join(f"{k}={v:.3f}" for k, v in card["held"].items()))
+        log(cfg.out, f"held-out response agreement at the end: {agreement_text(card['held'])}")
     prompts, card["eval_src"] = eval_prompts(cfg, eval_pairs)
     acc = evaluate(model, tok, head, prompts, cfg)
     write_card(cfg, card, acc)
