@@ -116,10 +116,10 @@ def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, st
     with timer("verify"):
         target.commit(keep)
     in_vocab = head.in_vocab(tree.tokens + [bonus])  # membership in the I_t the draft used at this step
-    ev = head.on_verify(tree.tokens, logits, timer)
     emitted = [tree.tokens[i] for i in path] + [bonus]
     with timer("draft_backbone"):
         state = drafter.extend(torch.tensor(emitted), feats[keep])
+    ev = head.on_verify(tree.tokens, logits, timer)  # after extend: the repack then runs on warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
                      emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], margin=_margins(logits[keep]))

