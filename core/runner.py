@@ -7,16 +7,17 @@ accepted ones in place and drops the rest.
 import torch
 from transformers import DynamicCache
 
+from core.runtime import window_of
+
 NEG_INF = float("-inf")
 
 
-def sliding_windows(config) -> dict:
-    """{layer type: window (0 = full attention)} for configs with per-layer-type attention, else {}."""
-    types = set(getattr(config, "layer_types", None) or [])
-    window = getattr(config, "sliding_window", None) or 0
-    if "sliding_attention" not in types or not window:
-        return {}
-    return {t: (window if t == "sliding_attention" else 0) for t in types}
+def layer_windows(config) -> dict:
+    """{layer type: sliding window (0 = full attention)} where the config types its layers (gemma3), {None: window}
+    for one window on every layer (mistral), {} when no layer slides. The rule per layer is runtime.window_of."""
+    types = getattr(config, "layer_types", None) or [None] * config.num_hidden_layers
+    out = {t: window_of(config, i) for i, t in enumerate(types)}
+    return out if any(out.values()) else {}
 
 
 class EagerRunner:
@@ -32,7 +33,7 @@ class EagerRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.device = self.head_weight.device
-        self.windows = sliding_windows(model.config)
+        self.windows = layer_windows(model.config)
         self._features = None
         self.base.norm.register_forward_pre_hook(self._grab_features)
         self.reset()
@@ -60,8 +61,8 @@ class EagerRunner:
         return out.last_hidden_state[0], self._features[0]
 
     def _float_mask(self, n, mask):
-        """[1, 1, n, committed + pending + n] additive mask: 0 = visible, -inf = hidden; for models with
-        sliding-window layers a dict {layer type: mask} (transformers takes one mask per layer type)."""
+        """[1, 1, n, committed + pending + n] additive mask: 0 = visible, -inf = hidden; sliding windows applied
+        here (transformers takes a custom 4D mask as is), as a dict {layer type: mask} where layers are typed."""
         if mask is None:
             mask = torch.ones(n, self.n_pending + n, dtype=torch.bool).tril(self.n_pending)
         full = torch.ones(n, self.n_committed + self.n_pending + n, dtype=torch.bool)
@@ -70,7 +71,7 @@ class EagerRunner:
             return self._additive(full)
         q = self.row_pos[-n:].view(-1, 1)
         near = {t: full & (q - self.row_pos.view(1, -1) < w) if w else full for t, w in self.windows.items()}
-        return {t: self._additive(v) for t, v in near.items()}
+        return self._additive(near[None]) if None in near else {t: self._additive(v) for t, v in near.items()}
 
     def _additive(self, visible):
         dtype = self.head_weight.dtype

@@ -12,7 +12,8 @@ ATOL = 1e-4
 
 def tiny_variant(kind: str, seed: int = 0):
     """tiny random llama / qwen2 (qkv bias) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
-    window on layer 0) / gemma2 (not covered: attention soft-capping) models, fp32, eval."""
+    window on layer 0) / mistral (a 4-token window on every layer) / gemma2 (not covered: attention
+    soft-capping) models, fp32, eval."""
     if kind == "llama":
         return tiny_model(seed)
     import transformers as tf
@@ -20,10 +21,12 @@ def tiny_variant(kind: str, seed: int = 0):
     common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
     cls = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
-           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
+           "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
            "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM)}[kind]
     if kind == "gemma3":
         common.update(sliding_window=4, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16)
+    if kind == "mistral":
+        common.update(sliding_window=4)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls[1](cls[0](**common, head_dim=16))
@@ -62,9 +65,10 @@ def path(parents, i) -> list:
 
 @pytest.mark.parametrize("kind,layout", [("llama", "hybrid"), ("llama", "plain"), ("llama", "blocked"),
                                          ("qwen2", "hybrid"), ("qwen3", "hybrid"), ("gemma3", "hybrid"),
-                                         ("gemma3", "blocked"), ("llama", "eager"), ("gemma3", "eager")])
+                                         ("gemma3", "blocked"), ("mistral", "hybrid"), ("llama", "eager"),
+                                         ("gemma3", "eager"), ("mistral", "eager")])
 def test_prefill_tree_commit_match_transformers(kind, layout):
-    """Both runners; gemma3's 12-token prompt outgrows its 4-token sliding window."""
+    """Both runners; gemma3's and mistral's 12-token prompts outgrow their 4-token sliding windows."""
     from core.runner import EagerRunner
     model = tiny_variant(kind)
     runner = (EagerRunner(model) if layout == "eager"
