@@ -247,32 +247,61 @@ def load_eagle3_state_dict(llama_config, sd):
 
 # ---------------------------------------------------------------- Drafter
 
+def layer_model(head, W):
+    """A 1-layer LlamaForCausalLM around the head's decoder layer (shared, not copied) with a copy of the
+    target's final norm and a 64-row slice of the target's LM head W (only make_runner's logits check reads it): any runner, eager or
+    fast, can then run the EAGLE layer with its KV cache, tree masks and commit."""
+    import copy
+    from transformers import LlamaForCausalLM
+    cfg = copy.deepcopy(head.lcfg)
+    cfg.num_hidden_layers, cfg.tie_word_embeddings = 1, False
+    cfg.layer_types = ["full_attention"]
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg)
+    model.model.embed_tokens, model.model.norm = head.embed, copy.deepcopy(head.norm)
+    model.model.layers = nn.ModuleList([head.layers[0]])
+    head.layers[0].self_attn.config = model.config  # the head's own config names no attention implementation
+    model.model.rotary_emb = head.rotary
+    model.lm_head = nn.Linear(head.d, 64, bias=False, dtype=W.dtype)
+    model.lm_head.weight.data = W.detach()[:: max(W.shape[0] // 64, 1)][:64].clone()
+    return model.eval()
+
+
 class EagleDrafter:
-    """Drafter interface of DESIGN.md over an EagleHead: own KV cache (committed + pending entries)."""
+    """Drafter interface of DESIGN.md over an EagleHead: the head's fc makes each entry's input, a 1-layer
+    runner (eager or fast, see `layer_model`) runs its decoder layer over its own KV cache (committed +
+    pending entries, tree masks) and applies the target's final norm."""
 
     name = "eagle"
 
-    def __init__(self, head, head_weight):
+    def __init__(self, head, head_weight, runtime="eager"):
+        from core.runtime import make_runner
         self.head = head.eval()
         self.head_weight = head_weight     # the target's LM head W [V, d]: the default draft LM head
         self.d = head.d
         self.dtype = head.fc.weight.dtype
         self.device = head.fc.weight.device
+        self.runner = make_runner(layer_model(head, head_weight), None, runtime)
         self.reset()
 
     def reset(self):
-        self.k = self.v = None          # committed [1, Hkv, C, hd]
-        self.pk = self.pv = None        # pending   [1, Hkv, P, hd]
+        self.runner.reset()
         self.next_pos = 1               # position of the next committed entry
         self.last = None
 
     @property
     def n_committed(self):
-        return 0 if self.k is None else self.k.shape[2]
+        return self.runner.n_committed
 
     @property
     def n_pending(self):
-        return 0 if self.pk is None else self.pk.shape[2]
+        return self.runner.n_pending
+
+    def _step(self, feat, ids, pos, mask):
+        """fc([feature; e(ids)]) -> the layer (pending entries) -> DraftState(LM-head input, layer output)."""
+        x = self.head.fc(torch.cat([feat.to(self.dtype), self.head.embed(ids).to(self.dtype)], -1))  # [k, 2d] -> [k, d]
+        hid, out = self.runner.forward(ids, pos, mask, embeds=x)
+        return DraftState(hid if self.head.cfg.final_norm else out, out)
 
     @torch.no_grad()
     def prefill(self, prompt_ids, first, feats):
@@ -288,13 +317,10 @@ class EagleDrafter:
         self.rollback()
         m = next_ids.numel()
         feats = self.head.target_in(feats.to(self.device, self.dtype))
-        pos = torch.arange(self.next_pos, self.next_pos + m, device=self.device)
-        past = None if self.k is None else (self.k, self.v)
-        out, (k, v) = self.head(feats.view(1, m, -1), next_ids.view(1, m).to(self.device), pos.view(1, m), past=past)
-        self.k = k if self.k is None else torch.cat([self.k, k], 2)
-        self.v = v if self.v is None else torch.cat([self.v, v], 2)
+        st = self._step(feats, next_ids.view(-1).to(self.device), torch.arange(self.next_pos, self.next_pos + m), None)
+        self.runner.commit(torch.arange(m))
         self.next_pos += m
-        self.last = DraftState(self.head.head_in(out[0, -1:]), out[0, -1:])
+        self.last = DraftState(st.head_in[-1:], st.state[-1:])
         return self.last
 
     @torch.no_grad()
@@ -303,23 +329,16 @@ class EagleDrafter:
         ids, pos [k]; mask bool [k, n_pending + k] over pending + new entries. New entries become pending."""
         k = ids.numel()
         feat = parent.state if parent.state.shape[0] == k else parent.state.expand(k, -1)
-        vis = torch.cat([torch.ones(k, self.n_committed, dtype=torch.bool), mask.to(torch.bool)], 1)
-        past_k = self.k if self.pk is None else torch.cat([self.k, self.pk], 2)
-        past_v = self.v if self.pv is None else torch.cat([self.v, self.pv], 2)
-        am = float_mask(vis).to(self.device, self.dtype)[None, None]
-        out, (nk, nv) = self.head(feat.view(1, k, -1).to(self.dtype), ids.view(1, k).to(self.device),
-                                  pos.view(1, k).to(self.device), am, (past_k, past_v))
-        self.pk = nk if self.pk is None else torch.cat([self.pk, nk], 2)
-        self.pv = nv if self.pv is None else torch.cat([self.pv, nv], 2)
-        return DraftState(self.head.head_in(out[0]), out[0])
+        return self._step(feat, ids.view(-1).to(self.device), pos.view(-1), mask.to(torch.bool))
 
     def rollback(self):
-        self.pk = self.pv = None
+        self.runner.commit(torch.zeros(0, dtype=torch.long))
 
 
-def load_eagle_drafter(target, head_dir):
-    """target: a Runner (or a causal LM); head_dir holds eagle.safetensors + config.json."""
+def load_eagle_drafter(target, head_dir, runtime="eager"):
+    """target: a Runner (or a causal LM); head_dir holds eagle.safetensors + config.json; runtime: the one the
+    drafter's layer runs on (make_runner's eager | fast | auto)."""
     model = getattr(target, "model", target)
     W = model.get_output_embeddings().weight
     head = load_head(str(head_dir), model, dtype=W.dtype).to(W.device)
-    return EagleDrafter(head, W)
+    return EagleDrafter(head, W, runtime)

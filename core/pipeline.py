@@ -67,7 +67,8 @@ class Pipeline:
             return ModelDrafter(make_runner(self.model, self.tokenizer, runtime), "self"), "self"
         if draft == "eagle":
             from core.eagle import load_eagle_drafter
-            return load_eagle_drafter(self.target, head_dir(self.model_id)), "eagle"
+            # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
+            return load_eagle_drafter(self.target, head_dir(self.model_id), "auto" if runtime == "fast" else runtime), "eagle"
         model, tok = load_model(draft, device=self.target.device, dtype=self.target.head_weight.dtype)
         check_same_tokenizer(self.tokenizer, tok)
         return ModelDrafter(make_runner(model, tok, runtime), draft), draft

@@ -48,14 +48,17 @@ class EagerRunner:
         self.n_pending = 0
 
     @torch.no_grad()
-    def forward(self, ids, pos, mask=None):
-        """ids, pos: [n]; mask: bool [n, n_pending + n] over pending+new entries (None = causal).
+    def forward(self, ids, pos, mask=None, embeds=None):
+        """ids, pos: [n]; mask: bool [n, n_pending + n] over pending+new entries (None = causal); embeds [n, d]:
+        inputs in place of the ids' embeddings (an EAGLE drafter's fc output).
 
         Returns (hidden after the final norm [n, d], features before the norm [n, d])."""
         n = ids.shape[0]
         self.row_pos = torch.cat([self.row_pos, pos.view(-1).cpu()])
         attn = self._float_mask(n, mask)
-        out = self.base(input_ids=ids.view(1, n).to(self.device), position_ids=pos.view(1, n).to(self.device),
+        inputs = {"input_ids": ids.view(1, n).to(self.device)} if embeds is None else \
+            {"inputs_embeds": embeds.view(1, n, -1).to(self.device, self.head_weight.dtype)}
+        out = self.base(**inputs, position_ids=pos.view(1, n).to(self.device),
                         attention_mask=attn, cache=self.cache, use_cache=True)
         self.n_pending += n
         return out.last_hidden_state[0], self._features[0]

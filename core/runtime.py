@@ -360,19 +360,24 @@ class FastRunner:
         self.n_pending = 0
 
     @torch.no_grad()
-    def forward(self, ids, pos, mask=None):
-        """ids, pos: [n]; mask: bool [n, n_pending + n] (None = all pending + causal).
+    def forward(self, ids, pos, mask=None, embeds=None):
+        """ids, pos: [n]; mask: bool [n, n_pending + n] (None = all pending + causal); embeds [n, d]: inputs
+        in place of the ids' embeddings (an EAGLE drafter's fc output).
         Returns (hidden after the final norm [n, d], features before it [n, d]) in the model's dtype;
         new entries become pending."""
         n, C, P, a = ids.shape[0], self.n_committed, self.n_pending, self.arch
         start = C + P
-        if start + n > self.max_len:  # tree positions never exceed the row index, so the rope tables fit
-            self._alloc(2 * (start + n), keep_rows=start)
+        need = max(start + n, int(pos.max()) + 1)  # rows, and rope rows (a drafter's positions run one ahead)
+        if need > self.max_len:
+            self._alloc(2 * need, keep_rows=start)
         self.row_pos[start:start + n] = pos
         bias = self._biases(tree_bias(mask, n, C, P, self.att), pos, start + n)
         rope = {k: (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)) for k, (cos, sin) in self.rope.items()}
-        x = F.embedding(ids, self.embed).to(self.act)
-        x = x * a.embed_scale if a.embed_scale != 1.0 else x
+        if embeds is None:
+            x = F.embedding(ids, self.embed).to(self.act)
+            x = x * a.embed_scale if a.embed_scale != 1.0 else x
+        else:
+            x = embeds.to(self.act)
         for w, kv in zip(self.layers, self.kv):
             x = layer_forward(x, w, kv, *rope[w["rope"]], bias[w["window"]], start, a)
         self.n_pending += n

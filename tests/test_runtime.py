@@ -292,3 +292,31 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     spec = list(generate(FastRunner(model), drafter, head, prompt, cfg))
     cmp = compare_to_ar(spec, ar, tol=ATOL if dtype == torch.float32 else 0.0)
     assert cmp["identical"], cmp
+
+
+def test_eagle_drafter_on_fast_runtime_matches_eager():
+    """The EAGLE layer on the fast runtime (a 1-layer runner): prefill, extend, a two-level tree, rollback."""
+    from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+    model = tiny_variant("llama", 3)
+    head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
+    with torch.no_grad():
+        head.fc.weight.normal_(0, 0.2)
+    W = model.lm_head.weight
+    drafters = [EagleDrafter(head, W, "eager"), EagleDrafter(head, W, "fast")]
+    assert type(drafters[1].runner).__name__ == "FastRunner"
+    g = torch.Generator().manual_seed(0)
+    prompt, feats, more = torch.randint(3, 512, (7,), generator=g), torch.randn(7, 64, generator=g), torch.randn(2, 64, generator=g)
+    out = []
+    for dr in drafters:
+        st = dr.prefill(prompt, 5, feats)
+        st = dr.extend(torch.tensor([9, 10]), more)
+        l1 = dr.expand(st, torch.tensor([11, 12]), torch.tensor([10, 10]), torch.eye(2, dtype=torch.bool))
+        l2 = dr.expand(l1, torch.tensor([13, 14]), torch.tensor([11, 11]),
+                       torch.tensor([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=torch.bool))
+        dr.rollback()
+        out.append((st.head_in, l1.head_in, l2.head_in, l2.state, dr.n_committed, dr.n_pending))
+    for a, b in zip(*out):
+        if isinstance(a, int):
+            assert a == b
+        else:
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
