@@ -30,10 +30,10 @@ class SpecConfig:
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
-    depth: int = 4
-    top_k: int = 3       # CPU defaults from a shape sweep (docs/NOTES.md): wider trees raise tau at ~flat verify cost
-    tree_size: int = 12
-    gamma: int = 4
+    depth: int = 3       # CPU defaults: the fastest shapes of a sweep with the v2 EAGLE head (README, "EAGLE head v2")
+    top_k: int = 2
+    tree_size: int = 6
+    gamma: int = 2
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
