@@ -1,11 +1,16 @@
-"""python -m core train-slim --head DIR --rank r: SlimSpec low-rank factors of the draft LM head.
+"""python -m core train-slim --head DIR --rank r [--out DIR]: SlimSpec low-rank factors of the draft LM head.
 
-W [V, d] ~ W_up [V, r] @ W_down [r, d]: initialised by truncated SVD of W, then trained by forward
-KL(softmax(W h) || softmax(W_up W_down h)) on head inputs h = the EAGLE head's outputs over the cached
-training data. Written next to the head as slim_r{r}.safetensors (fp16, tensors W_up, W_down).
+W [V, d] ~ W_up [V, r] @ W_down [r, d]: initialised by truncated SVD of W, then trained with Adam on forward
+KL(softmax(W h) || softmax(W_up W_down h)) (+ --ce-w x cross-entropy of the low-rank head at the full head's
+argmax) over head inputs h = the EAGLE head's outputs on the cached training data. lr: linear warmup, then
+cosine down to 10%. A long run is resumable: every --ckpt-every steps OUT/slim_ckpt.pt (factors, Adam state,
+step, batch RNG) is written atomically and a rerun with the same settings continues from it (--steps may be
+raised); progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
+Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down) and appends a line to OUT/training_card.md.
 """
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -14,8 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from core.eagle import load_head
-from core.train_eagle import load_cache, load_target
+from core.atomic import write_atomic
+from core.errors import SpecError
 
 
 def svd_init(W, r):
@@ -52,62 +57,194 @@ def kl_stats(W, up, down, h):
     return kl, (logp.argmax(-1) == logq.argmax(-1)).float().mean()
 
 
-def train_factors(W, h, r, steps, batch, lr, seed, log=print):
-    up0, down0 = svd_init(W, r)
-    up, down = up0.clone().requires_grad_(), down0.clone().requires_grad_()
-    opt = torch.optim.Adam([up, down], lr=lr)
-    g = torch.Generator().manual_seed(seed)
+def slim_loss(W, up, down, h, ce_w):
+    """(loss, KL): forward KL(full || low-rank) per token + ce_w * CE(low-rank || the full head's argmax)."""
+    with torch.no_grad():
+        logp = F.log_softmax(h @ W.T, -1)  # [n, V]
+    logq = F.log_softmax((h @ down.T) @ up.T, -1)  # [n, r] -> [n, V]
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+    if not ce_w:
+        return kl, kl
+    return kl + ce_w * F.nll_loss(logq, logp.argmax(-1)), kl
+
+
+@torch.no_grad()
+def held_out(W, up, down, val, chunk=512):
+    """[KL, top-1 agreement] of the factors over the held-out inputs, `chunk` rows at a time."""
+    kl = top1 = 0.0
+    for i in range(0, len(val), chunk):
+        k, t = kl_stats(W, up, down, val[i:i + chunk])
+        n = len(val[i:i + chunk])
+        kl, top1 = kl + float(k) * n, top1 + float(t) * n
+    return [kl / len(val), top1 / len(val)]
+
+
+def lr_at(step, steps, lr, warmup):
+    """lr for 0-based `step`: linear warmup over `warmup` steps, then cosine from lr to 0.1 lr at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return lr * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
+
+
+def split_val(h):
+    """(held-out, train) rows of h: the first min(2048, N/5) rows are held out (whole sequences, mostly)."""
     n_val = min(2048, len(h) // 5)
-    val, tr = h[:n_val], h[n_val:]
-    with torch.no_grad():
-        before = [float(x) for x in kl_stats(W, up, down, val)]
-    for step in range(steps):
-        hb = tr[torch.randint(0, len(tr), (batch,), generator=g)]
-        kl, _ = kl_stats(W, up, down, hb)
-        opt.zero_grad()
-        kl.backward()
-        opt.step()
-        if (step + 1) % 50 == 0:
-            log(f"slim step {step + 1}/{steps} kl={kl.item():.4f}")
-    with torch.no_grad():
-        after = [float(x) for x in kl_stats(W, up, down, val)]
-    return up.detach(), down.detach(), before, after
+    return h[:n_val], h[n_val:]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m core train-slim")
-    ap.add_argument("--head", required=True)
-    ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--cache", default="runs/eagle_smollm2", help="train-eagle --out dir holding cache/")
-    ap.add_argument("--tokens", type=int, default=20000)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+def read_ckpt(path, settings):
+    """The checkpoint dict at `path`, or None if there is none; SpecError if it was made with other settings."""
+    if not path or not os.path.exists(path):
+        return None
+    ck = torch.load(path, weights_only=False)
+    if ck["settings"] != settings:
+        raise SpecError(f"{path} was made with {ck['settings']}, not {settings}: use another --out or delete it")
+    return ck
+
+
+def write_ckpt(path, up, down, opt, gen, state, settings):
+    ck = {"up": up.detach(), "down": down.detach(), "opt": opt.state_dict(), "rng": gen.get_state(),
+          "state": dict(state), "settings": settings}
+    write_atomic(path, lambda tmp: torch.save(ck, tmp))
+
+
+def start(W, r, lr, seed, ckpt, settings):
+    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else SVD init."""
+    up, down = (x.requires_grad_() for x in svd_init(W, r))
+    opt = torch.optim.Adam([up, down], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    state = {"step": 0, "elapsed": 0.0, "before": None}
+    ck = read_ckpt(ckpt, settings)
+    if ck is not None:
+        with torch.no_grad():
+            up.copy_(ck["up"])
+            down.copy_(ck["down"])
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["rng"])
+        state = ck["state"]
+    return up, down, opt, gen, state
+
+
+def train_step(W, up, down, opt, hb, lr, ce_w):
+    for g in opt.param_groups:
+        g["lr"] = lr
+    loss, kl = slim_loss(W, up, down, hb, ce_w)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return kl.item()
+
+
+def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=None, ckpt=None,
+                  ckpt_every=250, eval_every=250, log_every=50, settings=None):
+    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`."""
+    settings = settings or {}
+    val, tr = split_val(h)
+    warmup = min(100, max(1, steps // 20)) if warmup is None else warmup
+    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings)
+    if st["before"] is None:
+        st["before"] = held_out(W, up, down, val)
+        log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
+    elif st["step"] < steps:
+        log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
+    t0, kls = time.time() - st["elapsed"], []
+    while st["step"] < steps:
+        rate = lr_at(st["step"], steps, lr, warmup)
+        hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
+        kls.append(train_step(W, up, down, opt, hb, rate, ce_w))
+        st["step"] += 1
+        st["elapsed"] = time.time() - t0
+        s = st["step"]
+        if s % log_every == 0 or s == steps:
+            log(f"slim step {s}/{steps} kl={sum(kls) / len(kls):.4f} lr={rate:.2e} elapsed={st['elapsed']:.0f}s")
+            kls = []
+        if s % eval_every == 0 or s == steps:
+            kl_v, top1_v = held_out(W, up, down, val)
+            log(f"slim step {s}/{steps} held-out kl={kl_v:.4f} top1={top1_v:.4f}")
+        if ckpt and (s % ckpt_every == 0 or s == steps):
+            write_ckpt(ckpt, up, down, opt, gen, st, settings)
+    return up.detach(), down.detach(), st["before"], held_out(W, up, down, val)
+
+
+def file_logger(path):
+    """log(msg): print it and append it to `path`."""
+    def log(msg):
+        print(msg, flush=True)
+        with open(path, "a") as f:
+            f.write(msg + "\n")
+    return log
+
+
+def load_inputs(a):
+    """(W [V, d], h [N, d]): the target's LM head and the EAGLE head's outputs on a.tokens cached inputs."""
+    from core.eagle import load_head
+    from core.train_eagle import load_cache, load_target
     with open(os.path.join(a.head, "config.json")) as f:
         target_id = json.load(f)["eagle"]["target"]
     model, _ = load_target(target_id)
     head = load_head(a.head, model)
     W = model.get_output_embeddings().weight.detach().float()
-    r = a.rank or W.shape[1] // 8
     ids, feats = load_cache(a.cache)
-    t0 = time.time()
-    h = head_inputs(head, ids, feats, a.tokens, a.seed)
-    up, down, before, after = train_factors(W, h, r, a.steps, a.batch, a.lr, a.seed)
+    return W, head_inputs(head, ids, feats, a.tokens, a.seed)
+
+
+def save_factors(path, up, down):
     from safetensors.torch import save_file
+    t = {"W_up": up.half().contiguous(), "W_down": down.half().contiguous()}
+    write_atomic(path, lambda tmp: save_file(t, tmp))
+
+
+def card_line(a, name, W, r, n, before, after, secs):
+    ce = f" + {a.ce_w} x CE(argmax of the full head)" if a.ce_w else ""
+    return (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], SVD init then {a.steps} Adam "
+            f"steps (batch {a.batch}, lr {a.lr}, warmup + cosine to 10%) of forward KL(full || low-rank){ce} on {n} "
+            f"EAGLE head inputs of {a.head} from {a.cache}'s cache (seed {a.seed}); held-out KL {before[0]:.3f} -> "
+            f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%} "
+            f"({secs:.0f} s of training)")
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m core train-slim")
+    ap.add_argument("--head", required=True)
+    ap.add_argument("--out", default=None, help="output dir (default: --head)")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--cache", default="runs/eagle_smollm2", help="train-eagle --out dir holding cache/")
+    ap.add_argument("--tokens", type=int, default=20000)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=1e-3, help="peak lr (warmup, then cosine to 10%%)")
+    ap.add_argument("--warmup", type=int, default=None, help="warmup steps (default: min(100, steps/20))")
+    ap.add_argument("--ce-w", type=float, default=0.0, help="weight of CE at the full head's argmax")
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    return ap.parse_args(sys.argv[1:] if argv is None else argv)
+
+
+def main(argv=None):
+    a = parse(argv)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    out = a.out or a.head
+    os.makedirs(out, exist_ok=True)
+    log = file_logger(os.path.join(out, "slim_progress.log"))
+    W, h = load_inputs(a)
+    r = a.rank or W.shape[1] // 8
+    settings = {"head": a.head, "cache": a.cache, "rank": r, "tokens": a.tokens, "batch": a.batch, "lr": a.lr,
+                "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed}
+    log(f"slim start {json.dumps(settings)} steps={a.steps} inputs={len(h)}")
+    up, down, before, after = train_factors(W, h, r, a.steps, a.batch, a.lr, a.seed, log, a.ce_w, a.warmup,
+                                            os.path.join(out, "slim_ckpt.pt"), a.ckpt_every, a.eval_every,
+                                            settings=settings)
     name = f"slim_r{r}.safetensors"
-    save_file({"W_up": up.half().contiguous(), "W_down": down.half().contiguous()}, os.path.join(a.head, name))
-    line = (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], SVD init then {a.steps} Adam "
-            f"steps (batch {a.batch}, lr {a.lr}) of forward KL(full || low-rank) on {len(h)} EAGLE head inputs; "
-            f"held-out KL {before[0]:.3f} -> {after[0]:.3f}, top-1 agreement with the full head "
-            f"{before[1]:.1%} -> {after[1]:.1%} ({time.time() - t0:.0f} s)")
-    with open(os.path.join(a.head, "training_card.md"), "a") as f:
+    save_factors(os.path.join(out, name), up, down)
+    secs = torch.load(os.path.join(out, "slim_ckpt.pt"), weights_only=False)["state"]["elapsed"]
+    line = card_line(a, name, W, r, len(h), before, after, secs)
+    with open(os.path.join(out, "training_card.md"), "a") as f:
         f.write(line + "\n")
-    print(line)
+    log(line)
     return 0
 
 

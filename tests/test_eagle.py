@@ -138,14 +138,60 @@ def test_spec_generate_equals_greedy():
     assert len(acc) >= 1
 
 
+def slim_setting():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(256, 32, generator=g), torch.randn(1200, 32, generator=g)
+
+
 def test_slim_factors_kl_falls():
     from core.train_slim import train_factors
-    g = torch.Generator().manual_seed(0)
-    W = torch.randn(256, 32, generator=g)
-    h = torch.randn(1200, 32, generator=g)
+    W, h = slim_setting()
     up, down, before, after = train_factors(W, h, 4, steps=60, batch=128, lr=1e-2, seed=0, log=lambda s: None)
     assert up.shape == (256, 4) and down.shape == (4, 32)
-    assert after[0] < before[0]
+    assert after[0] < 0.9 * before[0]
+
+
+def test_slim_top1_term_runs_and_kl_falls():
+    from core.train_slim import train_factors
+    W, h = slim_setting()
+    _, _, before, after = train_factors(W, h, 4, steps=40, batch=128, lr=1e-2, seed=0, log=lambda s: None, ce_w=0.5)
+    assert after[0] < before[0] and after[1] >= before[1]
+
+
+def test_slim_lr_schedule():
+    from core.train_slim import lr_at
+    assert lr_at(0, 100, 1.0, 10) == 0.1 and lr_at(9, 100, 1.0, 10) == 1.0
+    assert abs(lr_at(100, 100, 1.0, 10) - 0.1) < 1e-9
+    assert all(lr_at(s, 100, 1.0, 10) >= lr_at(s + 1, 100, 1.0, 10) for s in range(10, 100))
+
+
+def test_slim_resume_equals_uninterrupted(tmp_path):
+    from core.train_slim import train_factors
+    W, h = slim_setting()
+    kw = dict(steps=30, batch=64, lr=1e-2, seed=0, ckpt_every=10, log_every=5, eval_every=10)
+    up, down, _, after = train_factors(W, h, 4, log=lambda s: None, ckpt=str(tmp_path / "a.pt"), **kw)
+
+    def crash_at_25(msg):
+        if msg.startswith("slim step 25/"):
+            raise KeyboardInterrupt  # killed between checkpoints: the rerun redoes steps 21-25
+    ckpt = str(tmp_path / "b.pt")
+    with pytest.raises(KeyboardInterrupt):
+        train_factors(W, h, 4, log=crash_at_25, ckpt=ckpt, **kw)
+    assert torch.load(ckpt, weights_only=False)["state"]["step"] == 20
+    logs = []
+    up2, down2, _, after2 = train_factors(W, h, 4, log=logs.append, ckpt=ckpt, **kw)
+    assert logs[0].startswith("slim resumed at step 20/30")
+    assert torch.equal(up, up2) and torch.equal(down, down2) and after == after2
+
+
+def test_slim_resume_refuses_other_settings(tmp_path):
+    from core.errors import SpecError
+    from core.train_slim import train_factors
+    W, h = slim_setting()
+    ckpt = str(tmp_path / "c.pt")
+    train_factors(W, h, 4, 5, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 4})
+    with pytest.raises(SpecError):
+        train_factors(W, h, 4, 10, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 5})
 
 
 def test_eagle3_state_dict_loads_and_runs():
