@@ -248,9 +248,9 @@ def load_eagle3_state_dict(llama_config, sd):
 # ---------------------------------------------------------------- Drafter
 
 def layer_model(head, W):
-    """A 1-layer LlamaForCausalLM around the head's decoder layer (shared, not copied) with a copy of the
-    target's final norm and a 64-row slice of the target's LM head W (only make_runner's logits check reads it): any runner, eager or
-    fast, can then run the EAGLE layer with its KV cache, tree masks and commit."""
+    """A 1-layer LlamaForCausalLM around the head's decoder layer (shared, not copied), with a copy of the
+    target's final norm and 64 rows of the target's LM head W (only make_runner's logits check reads them):
+    any runner, eager or fast, can then run the EAGLE layer with its KV cache, tree masks and commit."""
     import copy
     from transformers import LlamaForCausalLM
     cfg = copy.deepcopy(head.lcfg)
