@@ -98,8 +98,10 @@ def _empty():
 
 
 def svd_factors(W: torch.Tensor, rank: int):
-    """Truncated SVD: W [V, d] ≈ W_up [V, r] · W_down [r, d] (training-free SlimSpec init)."""
-    U, S, Vh = torch.linalg.svd(W.float(), full_matrices=False)
+    """Truncated SVD: W [V, d] ≈ W_up [V, r] · W_down [r, d] (training-free SlimSpec init), in W's dtype;
+    computed in at least fp32 (fp64 for an fp64 W)."""
+    # W = U S V^T  ->  W_up = U_r sqrt(S_r), W_down = sqrt(S_r) V_r^T
+    U, S, Vh = torch.linalg.svd(W.to(torch.promote_types(W.dtype, torch.float32)), full_matrices=False)
     root = S[:rank].sqrt()
     return (U[:, :rank] * root).to(W.dtype).contiguous(), (root[:, None] * Vh[:rank]).to(W.dtype).contiguous()
 

@@ -21,13 +21,12 @@ import torch.nn.functional as F
 
 from core.atomic import write_atomic
 from core.errors import SpecError
+from core.heads import svd_factors
 
 
 def svd_init(W, r):
-    # W = U S V^T  ->  W_up = U_r sqrt(S_r), W_down = sqrt(S_r) V_r^T
-    U, S, Vh = torch.linalg.svd(W.double(), full_matrices=False)
-    s = S[:r].sqrt()
-    return (U[:, :r] * s).float(), (s[:, None] * Vh[:r]).float()
+    """fp32 factors of the truncated SVD of W, computed in fp64."""
+    return tuple(x.float() for x in svd_factors(W.double(), r))
 
 
 @torch.no_grad()
@@ -148,7 +147,7 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
         log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
     elif st["step"] < steps:
         log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
-    t0, kls = time.time() - st["elapsed"], []
+    t0, kls, after = time.time() - st["elapsed"], [], None
     while st["step"] < steps:
         rate = lr_at(st["step"], steps, lr, warmup)
         hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
@@ -160,11 +159,11 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
             log(f"slim step {s}/{steps} kl={sum(kls) / len(kls):.4f} lr={rate:.2e} elapsed={st['elapsed']:.0f}s")
             kls = []
         if s % eval_every == 0 or s == steps:
-            kl_v, top1_v = held_out(W, up, down, val)
-            log(f"slim step {s}/{steps} held-out kl={kl_v:.4f} top1={top1_v:.4f}")
+            after = held_out(W, up, down, val)
+            log(f"slim step {s}/{steps} held-out kl={after[0]:.4f} top1={after[1]:.4f}")
         if ckpt and (s % ckpt_every == 0 or s == steps):
             write_ckpt(ckpt, up, down, opt, gen, st, settings)
-    return up.detach(), down.detach(), st["before"], held_out(W, up, down, val)
+    return up.detach(), down.detach(), st["before"], after or held_out(W, up, down, val)  # the last step's eval
 
 
 def file_logger(path):
