@@ -14,11 +14,14 @@ Weights come from the transformers model, re-laid out once (q|k|v and gate|up fu
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
 Activations (residual stream, norms, rope) are fp32 whatever the weights' dtype, KV cache and attention fp32
-(bf16 weights: fp64); only the GEMM inputs are rounded to the weights' dtype, and forward() returns hidden
+(bf16 weights on the torch path: fp64); only the GEMM inputs are rounded to the weights' dtype, and forward() returns hidden
 states in the model's dtype. With packed bf16 weights a token's logits are then bit-identical whether it is
 verified in a tree / chain of up to PACK_ROWS tokens or decoded alone.
-The KV cache is one static tensor [layers, 2 * kv_heads, max_len, head_dim] (keys then values): committed
-rows, then pending rows; `commit` compacts the kept pending rows in place.
+The KV cache is two static tensors, keys transposed [layers, kv_heads, head_dim, max_len] (scores are then a
+vector loop over the keys) and values [layers, kv_heads, max_len, head_dim]: committed rows, then pending rows;
+`commit` compacts the kept pending rows in place.
+Between the GEMMs, fused C kernels (core/kernels/cpu_layer.c) replace ~10 small torch ops each where a C
+compiler is at hand (`FastRunner.kernels`); the torch functions below stay as their reference and fallback.
 """
 import functools
 from dataclasses import dataclass, replace
@@ -37,6 +40,7 @@ class FastConfig:
     layout: str = "auto"         # auto (bf16: packed, else hybrid) | packed | blocked | hybrid | plain
     block_bytes: int = 0         # bytes per weight block; 0 = half the L2 cache
     check: bool = True           # make_runner('auto'): compare logits with transformers once
+    kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu_layer.c) where they build
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Arch:
     embed_scale: float           # gemma3: sqrt(d)
     norm_offset: float           # gemma3 RMSNorm multiplies by (1 + w)
     act: object                  # the MLP activation module of the model
+    act_id: int                  # its index in cpu_layer.ACTS (-1: not covered by the fused kernels)
 
 
 # ---------------------------------------------------------------- support check + weights
@@ -122,7 +127,12 @@ def arch_of(model) -> Arch:
                 cfg.rms_norm_eps, layer.self_attn.scaling, layer.self_attn.q_proj.bias is not None,
                 hasattr(layer.self_attn, "q_norm"), gemma,
                 float(torch.tensor(cfg.hidden_size ** 0.5, dtype=dtype)) if gemma else 1.0,  # as transformers rounds it
-                1.0 if gemma else 0.0, layer.mlp.act_fn)
+                1.0 if gemma else 0.0, layer.mlp.act_fn, act_index(cfg))
+
+
+def act_index(cfg) -> int:
+    from core.kernels.cpu_layer import ACTS
+    return ACTS.get(getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", None), -1)
 
 
 def window_of(cfg, i: int) -> int:
@@ -273,19 +283,19 @@ def rope(x, cos, sin):
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin)
 
 
-def attention(q, kv, bias, a: Arch, S: int):
-    """q [n, H, hd]; kv [2K, max_len, hd] (rows < S valid); bias [G*n, S] additive -> [n, H*hd].
+def attention(q, kt, v, bias, a: Arch, S: int):
+    """q [n, H, hd]; kt [K, hd, max_len], v [K, max_len, hd] (rows < S valid); bias [G*n, S] additive -> [n, H*hd].
 
     GQA without repeat: query heads grouped per kv head, q -> [K, G*n, hd], scores [K, G*n, S]."""
     n, K, G = q.shape[0], a.n_kv, a.n_heads // a.n_kv
-    qg = q.to(kv.dtype).view(n, K, G, a.hd).permute(1, 2, 0, 3).reshape(K, G * n, a.hd)
-    s = torch.baddbmm(bias, qg, kv[:K, :S].transpose(1, 2), alpha=a.scale)
-    o = torch.bmm(s.softmax(-1), kv[K:, :S])
+    qg = q.to(v.dtype).view(n, K, G, a.hd).permute(1, 2, 0, 3).reshape(K, G * n, a.hd)
+    s = torch.baddbmm(bias, qg, kt[:, :, :S], alpha=a.scale)
+    o = torch.bmm(s.softmax(-1), v[:, :S])
     return o.view(K, G, n, a.hd).permute(2, 0, 1, 3).reshape(n, a.n_heads * a.hd)
 
 
-def layer_forward(x, w: dict, kv, cos, sin, bias, start: int, a: Arch):
-    """One decoder layer on x [n, d]; writes its new k, v into kv rows [start, start + n)."""
+def layer_forward(x, w: dict, kt, vc, cos, sin, bias, start: int, a: Arch):
+    """One decoder layer on x [n, d]; writes its new keys into kt columns, values into vc rows [start, start + n)."""
     n, H, K = x.shape[0], a.n_heads, a.n_kv
     h = rms(x, w["ln1"], a.eps)
     qkv = mm(h, w["wqkv"]) if w["bqkv"] is None else mm(h, w["wqkv"]) + w["bqkv"]
@@ -294,12 +304,26 @@ def layer_forward(x, w: dict, kv, cos, sin, bias, start: int, a: Arch):
     if a.qk_norm:
         q, k = rms(q, w["qn"], a.eps), rms(k, w["kn"], a.eps)
     q, k = rope(q, cos, sin), rope(k, cos, sin)
-    kv[:, start:start + n] = torch.cat([k, v], 1).transpose(0, 1)
-    o = mm(attention(q, kv, bias, a, start + n), w["wo"]).to(x.dtype)
+    kt[:, :, start:start + n], vc[:, start:start + n] = k.permute(1, 2, 0), v.transpose(0, 1)
+    o = mm(attention(q, kt, vc, bias, a, start + n), w["wo"]).to(x.dtype)
     x = x + (rms(o, w["ln_att"], a.eps) if a.sandwich else o)
     gu = mm(rms(x, w["ln2"], a.eps), w["wgu"])
     m = mm(a.act(gu[:, :a.ffn]) * gu[:, a.ffn:], w["wd"])
     return x + (rms(m, w["ln_mlp"], a.eps) if a.sandwich else m)
+
+
+def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch, dtype):
+    """All decoder layers on x [n, d] fp32 (updated in place to the last layer's output) with the fused C
+    kernels between the GEMMs: 4 GEMMs + 4 kernel calls per layer. Returns rms(x) * final_w as `dtype`."""
+    from core.kernels import cpu_layer as k
+    h = k.rms_cast(x, layers[0]["ln1"], a.eps, dtype)
+    for i, (w, kt, v) in enumerate(zip(layers, kts, vs)):
+        att = k.attend(mm(h, w["wqkv"]), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
+                       start, biases[w["window"]], a, dtype)
+        h = k.add_rms(x, mm(att, w["wo"]), w.get("ln_att"), w["ln2"], a.eps, dtype)
+        m = mm(k.act_mul(mm(h, w["wgu"]), a.act_id, dtype), w["wd"])
+        h = k.add_rms(x, m, w.get("ln_mlp"), layers[i + 1]["ln1"] if i + 1 < len(layers) else final_w, a.eps, dtype)
+    return h
 
 
 def tree_bias(mask, n: int, C: int, P: int, dtype):
@@ -330,10 +354,12 @@ class FastRunner:
             raise ValueError(reason)
         self.dtype = model.get_output_embeddings().weight.dtype  # weights; activations in self.act
         self.act = torch.promote_types(self.dtype, torch.float32)
-        # bf16 weights: KV cache and attention in fp64, so that attention's rounding (which depends on where
-        # the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding of o_proj's input
-        self.att = torch.float64 if self.dtype.itemsize < 4 else self.act
         cfg = cfg or FastConfig()
+        self.kernels = kernels_reason(model, cfg) == ""
+        # torch path with bf16 weights: KV cache and attention in fp64, so that attention's rounding (which
+        # depends on where the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding
+        # of o_proj's input. The fused kernels sum over the visible keys only, in order: fp32 is exact there.
+        self.att = torch.float64 if self.dtype.itemsize < 4 and not self.kernels else self.act
         self.model, self.tokenizer = model.eval(), tokenizer
         self.cfg = replace(cfg, layout=layout_of(cfg, self.dtype))
         self.arch = a = arch_of(model)
@@ -348,11 +374,13 @@ class FastRunner:
     def _alloc(self, max_len: int, keep_rows: int = 0):
         """(Re)allocate the KV cache, the row -> position map and the rope tables for max_len rows."""
         a = self.arch
-        kv = torch.zeros(a.n_layers, 2 * a.n_kv, max_len, a.hd, dtype=self.att)
+        kt = torch.zeros(a.n_layers, a.n_kv, a.hd, max_len, dtype=self.att)
+        v = torch.zeros(a.n_layers, a.n_kv, max_len, a.hd, dtype=self.att)
         row_pos = torch.zeros(max_len, dtype=torch.long)
         if keep_rows:
-            kv[:, :, :keep_rows], row_pos[:keep_rows] = self.kv[:, :, :keep_rows], self.row_pos[:keep_rows]
-        self.kv, self.row_pos, self.max_len = kv, row_pos, max_len
+            kt[..., :keep_rows], v[:, :, :keep_rows] = self.kt[..., :keep_rows], self.v[:, :, :keep_rows]
+            row_pos[:keep_rows] = self.row_pos[:keep_rows]
+        self.kt, self.v, self.row_pos, self.max_len = kt, v, row_pos, max_len
         self.rope = {w["rope"]: rope_table(self.model, max_len, self.act, w["rope"]) for w in self.layers}
 
     def reset(self) -> None:
@@ -372,20 +400,25 @@ class FastRunner:
             self._alloc(2 * need, keep_rows=start)
         self.row_pos[start:start + n] = pos
         bias = self._biases(tree_bias(mask, n, C, P, self.att), pos, start + n)
-        rope = {k: (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)) for k, (cos, sin) in self.rope.items()}
         if embeds is None:
             x = F.embedding(ids, self.embed).to(self.act)
             x = x * a.embed_scale if a.embed_scale != 1.0 else x
         else:
-            x = embeds.to(self.act)
-        for w, kv in zip(self.layers, self.kv):
-            x = layer_forward(x, w, kv, *rope[w["rope"]], bias[w["window"]], start, a)
+            x = embeds.to(self.act, copy=True).contiguous()  # the fused kernels update x in place
         self.n_pending += n
+        if self.kernels:
+            rope = {k: (cos[pos], sin[pos]) for k, (cos, sin) in self.rope.items()}
+            return (fused_layers(x, self.layers, self.kt, self.v, rope, bias, start, self.norm_w, a, self.dtype),
+                    x.to(self.dtype))
+        rope = {k: (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)) for k, (cos, sin) in self.rope.items()}
+        for w, kt, v in zip(self.layers, self.kt, self.v):
+            x = layer_forward(x, w, kt, v, *rope[w["rope"]], bias[w["window"]], start, a)
         return rms(x, self.norm_w, a.eps).to(self.dtype), x.to(self.dtype)
 
     def _biases(self, bias, pos, S: int) -> dict:
-        """window -> additive bias [G*n, S] (query rows repeated for the G query heads of a kv head)."""
-        G = self.arch.n_heads // self.arch.n_kv
+        """window -> additive bias [n, S] (fused kernels) or [G*n, S] (torch path: query rows repeated for
+        the G query heads of a kv head)."""
+        G = 1 if self.kernels else self.arch.n_heads // self.arch.n_kv
         out = {}
         for w in {w["window"] for w in self.layers}:
             out[w] = (window_bias(bias, pos, self.row_pos, w) if w and S > w else bias).repeat(G, 1)
@@ -401,13 +434,25 @@ class FastRunner:
         keep = torch.as_tensor(keep, dtype=torch.long).view(-1)
         C, m = self.n_committed, keep.numel()
         if keep.tolist() != list(range(m)):
-            self.kv[:, :, C:C + m] = self.kv[:, :, C + keep]
+            self.kt[..., C:C + m], self.v[:, :, C:C + m] = self.kt[..., C + keep], self.v[:, :, C + keep]
             self.row_pos[C:C + m] = self.row_pos[C + keep]
         self.n_committed += m
         self.n_pending = 0
 
 
 # ---------------------------------------------------------------- choosing a runtime
+
+def kernels_reason(model, cfg: FastConfig) -> str:
+    """'' if the fused C kernels serve this model, else why the runner keeps its torch path."""
+    from core.kernels import cpu_layer
+    if not cfg.kernels:
+        return "fused CPU kernels turned off"
+    if act_index(model.config) < 0:
+        return "the fused CPU kernels do not cover this MLP activation"
+    if model.get_output_embeddings().weight.dtype not in (torch.float32, torch.bfloat16):
+        return "the fused CPU kernels cover fp32 and bf16 weights"
+    return "" if cpu_layer.lib() is not None else cpu_layer.why_not()
+
 
 def logits_gap(model, runner, n: int = 5) -> float:
     """max |fast - transformers| logits on a short causal prefill of tokens spread over the vocabulary,

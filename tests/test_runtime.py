@@ -10,6 +10,20 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 ATOL = 1e-4
 
 
+@pytest.fixture(autouse=True, params=["c-kernels", "torch-ops"])
+def layer_ops(request, monkeypatch):
+    """Every spec here holds both with the fused C kernels between the GEMMs and on the torch path they replace."""
+    from core.kernels import cpu_layer
+    if request.param == "torch-ops":
+        monkeypatch.setenv("SPECLENS_CPU_KERNELS", "0")
+    cpu_layer.lib.cache_clear()
+    if request.param == "c-kernels" and cpu_layer.lib() is None:
+        pytest.skip(f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
+    yield request.param
+    monkeypatch.delenv("SPECLENS_CPU_KERNELS", raising=False)
+    cpu_layer.lib.cache_clear()
+
+
 def tiny_variant(kind: str, seed: int = 0):
     """tiny random llama / qwen2 (qkv bias) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
     window on layer 0) / mistral (a 4-token window on every layer) / gemma2 (not covered: attention
@@ -198,7 +212,7 @@ def test_default_model_short():
 def test_second_runner_reuses_weights():
     model = tiny_variant("llama")
     a, b = FastRunner(model), FastRunner(model)
-    assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.kv.data_ptr() != b.kv.data_ptr()
+    assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.v.data_ptr() != b.v.data_ptr()
     assert a.layers[1]["wgu"][1].data_ptr() == b.layers[1]["wgu"][1].data_ptr()
 
 

@@ -1,0 +1,121 @@
+"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
+cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
+(core/runtime.py: rms, rope, attention, layer_forward), which the tests compare them with.
+
+`lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
+SPECLENS_CPU_KERNELS=0 turns them off.
+"""
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SRC = Path(__file__).with_name("cpu_layer.c")
+ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
+P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+SIGNATURES = {
+    "rms_cast": [P, P, F, I, I, P, ctypes.c_int],
+    "add_rms": [P, P, ctypes.c_int, P, P, F, I, I, P, ctypes.c_int],
+    "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
+    "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
+}
+_why = []
+
+
+def cache_dir() -> Path:
+    from core.models import cache_root
+    return cache_root() / "kernels"
+
+
+def cpu_id() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+        name = next((line for line in info.splitlines() if line.startswith("model name")), "")
+        return name + flags
+    except OSError:
+        return platform.processor()
+
+
+def build(cc: str = "cc") -> Path:
+    """Compile cpu_layer.c for this CPU (-march=native) into the cache; the cached .so when it exists."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(SRC.read_bytes() + version.encode() + cpu_id().encode()).hexdigest()[:16]
+    out = cache_dir() / f"cpu_layer-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            so = Path(tmp) / out.name
+            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), str(SRC), "-lm"],
+                           check=True, capture_output=True, timeout=120)
+            os.replace(so, out)
+    return out
+
+
+@functools.cache
+def lib():
+    """The loaded library, or None (reason in `why_not()`)."""
+    if os.environ.get("SPECLENS_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
+        _why.append("turned off by SPECLENS_CPU_KERNELS=0")
+        return None
+    try:
+        so = ctypes.CDLL(str(build()))
+    except (OSError, subprocess.SubprocessError) as err:
+        _why.append(f"no C compiler could build the fused CPU kernels ({type(err).__name__})")
+        return None
+    for name, args in SIGNATURES.items():
+        getattr(so, name).argtypes, getattr(so, name).restype = args, None
+    return so
+
+
+def why_not() -> str:
+    return _why[-1] if _why else ""
+
+
+def ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def is_bf16(t) -> int:
+    return int(t.dtype == torch.bfloat16)
+
+
+def rms_cast(x, w, eps: float, dtype):
+    """rms(x) * w as `dtype` (x fp32 [n, d])."""
+    out = torch.empty(x.shape, dtype=dtype)
+    lib().rms_cast(x.data_ptr(), w.data_ptr(), eps, x.shape[0], x.shape[1], out.data_ptr(), is_bf16(out))
+    return out
+
+
+def add_rms(x, o, ws, w, eps: float, dtype):
+    """x += o (ws: x += rms(o) * ws), in place; returns rms(x) * w as `dtype` (None when w is None)."""
+    out = None if w is None else torch.empty(x.shape, dtype=dtype)
+    lib().add_rms(x.data_ptr(), o.data_ptr(), is_bf16(o), ptr(ws), ptr(w), eps, x.shape[0], x.shape[1],
+                  ptr(out), 0 if out is None else is_bf16(out))
+    return out
+
+
+def act_mul(gu, act: int, dtype):
+    """act(g) * u for gu = [g | u] [n, 2f] -> [n, f] as `dtype`."""
+    n, f = gu.shape[0], gu.shape[1] // 2
+    out = torch.empty(n, f, dtype=dtype)
+    lib().act_mul(gu.data_ptr(), is_bf16(gu), n, f, act, out.data_ptr(), is_bf16(out))
+    return out
+
+
+def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, dtype):
+    """qkv [n, (H+2K)*hd] -> attention output [n, H*hd] as `dtype`; writes keys into kt [K, hd, max_len] columns
+    and values into v [K, max_len, hd] rows [start, start + n). cos, sin [n, hd]; bias [n, start + n] additive
+    (0 / -inf)."""
+    n = qkv.shape[0]
+    out = torch.empty(n, a.n_heads * a.hd, dtype=dtype)
+    lib().attend(qkv.data_ptr(), is_bf16(qkv), ptr(bqkv), ptr(qn), ptr(kn), eps, cos.data_ptr(), sin.data_ptr(),
+                 kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
+                 out.data_ptr(), is_bf16(out))
+    return out

@@ -1,0 +1,110 @@
+"""The fused CPU kernels (core/kernels/cpu_layer.c) against their torch reference, the fast runtime's torch path."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import runtime as rt
+from core.kernels import cpu_layer
+
+pytestmark = pytest.mark.skipif(cpu_layer.lib() is None, reason=f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
+TOL = dict(atol=2e-6, rtol=2e-6)
+
+
+def arch(qk_norm=False, H=4, K=2, hd=16) -> rt.Arch:
+    return rt.Arch(1, H * hd, H, K, hd, 32, 1e-6, hd ** -0.5, False, qk_norm, False, 1.0, 0.0, None, 0)
+
+
+def tree_bias(parents, C: int) -> torch.Tensor:
+    """[n, C + n] additive mask: all C cache rows, then each node's ancestors and itself."""
+    n = len(parents)
+    m = torch.eye(n, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            m[i] |= m[p]
+    return rt.tree_bias(m, n, C, 0, torch.float32)
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_cast_matches_rms_norm(dtype):
+    x, w = rand(5, 72), rand(72, seed=1)
+    torch.testing.assert_close(cpu_layer.rms_cast(x, w, 1e-6, dtype), rt.rms(x, w, 1e-6).to(dtype), **TOL)
+
+
+def test_add_rms_adds_the_normed_output_then_normalises():
+    x, o, ws, w = rand(3, 40), rand(3, 40, seed=1).bfloat16(), rand(40, seed=2), rand(40, seed=3)
+    want_x = x + rt.rms(o.float(), ws, 1e-6)
+    h = cpu_layer.add_rms(x, o, ws, w, 1e-6, torch.float32)
+    torch.testing.assert_close(x, want_x, **TOL)
+    torch.testing.assert_close(h, rt.rms(want_x, w, 1e-6), **TOL)
+
+
+@pytest.mark.parametrize("act,ref", [("silu", F.silu), ("gelu_pytorch_tanh", lambda g: F.gelu(g, approximate="tanh"))])
+def test_act_mul_matches_torch(act, ref):
+    gu = rand(4, 2 * 50) * 6
+    got = cpu_layer.act_mul(gu, cpu_layer.ACTS[act], torch.float32)
+    torch.testing.assert_close(got, ref(gu[:, :50]) * gu[:, 50:], **TOL)
+
+
+def torch_attend(qkv, qn, kn, cos, sin, kt, v, start, bias, a):
+    """The runtime's torch path for the same step (q/k norms, rope, cache write, attention)."""
+    n, H, K = qkv.shape[0], a.n_heads, a.n_kv
+    x = qkv.float().view(n, H + 2 * K, a.hd)
+    q, k, vv = x[:, :H], x[:, H:H + K], x[:, H + K:]
+    if qn is not None:
+        q, k = rt.rms(q, qn, a.eps), rt.rms(k, kn, a.eps)
+    q, k = rt.rope(q, cos.unsqueeze(1), sin.unsqueeze(1)), rt.rope(k, cos.unsqueeze(1), sin.unsqueeze(1))
+    kt[:, :, start:start + n], v[:, start:start + n] = k.permute(1, 2, 0), vv.transpose(0, 1)
+    return rt.attention(q, kt, v, bias.repeat(H // K, 1), a, start + n)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_attend_matches_torch_attention_under_a_tree_mask(qk_norm):
+    a, C, parents = arch(qk_norm), 9, [-1, 0, 0, 2, 1]
+    n, width = len(parents), (a.n_heads + 2 * a.n_kv) * a.hd
+    qkv, cos, sin = rand(n, width), rand(n, a.hd, seed=1), rand(n, a.hd, seed=2)
+    qn, kn = (rand(a.hd, seed=3), rand(a.hd, seed=4)) if qk_norm else (None, None)
+    kt, v = rand(a.n_kv, a.hd, 32, seed=5), rand(a.n_kv, 32, a.hd, seed=6)
+    kt2, v2 = kt.clone(), v.clone()
+    bias = tree_bias(parents, C)
+    got = cpu_layer.attend(qkv, None, qn, kn, a.eps, cos, sin, kt, v, C, bias, a, torch.float32)
+    want = torch_attend(qkv, qn, kn, cos, sin, kt2, v2, C, bias, a)
+    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(kt, kt2, **TOL)
+    torch.testing.assert_close(v, v2, **TOL)
+
+
+def test_attend_rows_do_not_depend_on_masked_gaps_or_the_pass_size():
+    """A tree node's output equals, bit for bit, decoding its path one token at a time into a compacted cache:
+    what makes tree verification lossless at any precision."""
+    a, C, parents = arch(), 23, [-1, 0, 0, 1, 2, 4, 4, 6]  # node 7's path: rows 0, 2, 4, 6, 7
+    n, width = len(parents), (a.n_heads + 2 * a.n_kv) * a.hd
+    qkv, cos, sin = rand(n, width).bfloat16(), rand(n, a.hd, seed=1), rand(n, a.hd, seed=2)
+    kt, v = rand(a.n_kv, a.hd, 64, seed=5), rand(a.n_kv, 64, a.hd, seed=6)
+    tree = cpu_layer.attend(qkv, None, None, None, a.eps, cos, sin, kt.clone(), v.clone(), C,
+                            tree_bias(parents, C), a, torch.bfloat16)
+    steps = []
+    for k, j in enumerate([0, 2, 4, 6, 7]):
+        steps.append(cpu_layer.attend(qkv[j:j + 1], None, None, None, a.eps, cos[j:j + 1], sin[j:j + 1], kt, v,
+                                      C + k, torch.zeros(1, C + k + 1), a, torch.bfloat16))
+    assert torch.equal(tree[[0, 2, 4, 6, 7]], torch.cat(steps))
+
+
+def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
+    from core.models import tiny_model
+
+    def no_compiler(*args):
+        raise OSError("cc: not found")
+    monkeypatch.setattr(cpu_layer, "build", no_compiler)
+    cpu_layer.lib.cache_clear()
+    try:
+        runner = rt.FastRunner(tiny_model(0))
+        assert not runner.kernels and runner.att == torch.float32
+        assert "C compiler" in rt.kernels_reason(runner.model, runner.cfg)
+        hid, _ = runner.forward(torch.tensor([3, 4, 5]), torch.arange(3))
+        assert torch.isfinite(runner.logits(hid)).all()
+    finally:
+        cpu_layer.lib.cache_clear()
