@@ -134,29 +134,70 @@ static void rope_row(float *x, const float *cos, const float *sin, int64_t hd, f
     memcpy(x, tmp, hd * sizeof(float));
 }
 
-/* s[j] = sum_d q[d] kt[d][j] for j < S (kt: one kv head's keys transposed, [hd, ld]); the d-sum runs in
- * order for every j, four d per pass over s (the same FMA sequence, a quarter of the stores) */
-static void scores(const float *q, const float *kt, int64_t ld, int64_t S, int64_t hd, float *s) {
-    memset(s, 0, S * sizeof(float));
-    int64_t d = 0;
-    for (; d + 4 <= hd; d += 4) {
-        const float *k0 = kt + d * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
-        float q0 = q[d], q1 = q[d + 1], q2 = q[d + 2], q3 = q[d + 3];
-        for (int64_t j = 0; j < S; j++) {
-            float t = s[j];
-            t += q0 * k0[j];
-            t += q1 * k1[j];
-            t += q2 * k2[j];
-            t += q3 * k3[j];
-            s[j] = t;
-        }
-    }
-    for (; d < hd; d++)
-        for (int64_t j = 0; j < S; j++) s[j] += q[d] * kt[d * ld + j];
+#define ROWS 16  /* query rows per attention block: scores [ROWS * G, S] */
+#define KB 64  /* keys per block: a [hd, KB] slice of K^T or a [KB, hd] slice of V stays in L1 for every query */
+
+typedef float v16 __attribute__((vector_size(64)));  /* gcc/clang vector extension: 16 floats, in registers */
+
+static inline v16 ld16(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
-/* p <- softmax(scale * p + b) over the keys with b > -inf (the others get exactly 0); summed in key order */
-static void softmax_visible(float *p, const float *b, float scale, int64_t S) {
+static inline void st16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+
+#define QB 4  /* queries per micro-kernel call: 4 x 4 accumulators of 16 floats */
+#define FMA4(a, s, k) a##0 += (s) * k##0, a##1 += (s) * k##1, a##2 += (s) * k##2, a##3 += (s) * k##3
+#define LD4(k, p, st) v16 k##0 = ld16(p), k##1 = ld16((p) + (st)), k##2 = ld16((p) + 2 * (st)), k##3 = ld16((p) + 3 * (st))
+#define ST4(p, a) st16(p, a##0), st16((p) + 16, a##1), st16((p) + 32, a##2), st16((p) + 48, a##3)
+
+/* out[r * KB + l] = sum_d x_r[d] k[d * ld + l], l < KB, r < QB: one multiply-add chain over d in order per
+ * score, the same code for every key and query */
+static inline void block_scores(const float *const *x, const float *k, int64_t ld, int64_t hd, float *out) {
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    for (int64_t d = 0; d < hd; d++) {
+        LD4(k, k + d * ld, 16);
+        FMA4(a, x0[d], k), FMA4(b, x1[d], k), FMA4(c, x2[d], k), FMA4(e, x3[d], k);
+    }
+    ST4(out, a), ST4(out + KB, b), ST4(out + 2 * KB, c), ST4(out + 3 * KB, e);
+}
+
+/* p_r[j] = sum_d q_r[d] kt[d][j], j < S, for the queries q_r (nq a multiple of QB; kt: one kv head's keys
+ * transposed, [hd, ld]). A last partial block of keys is zero-padded into pad [hd, KB], so every score comes
+ * from the same code whatever block its key falls in. */
+static void scores(const float *const *q, float *const *p, int64_t nq, const float *kt, int64_t ld, int64_t S,
+                   int64_t hd, float *pad) {
+    float acc[QB * KB];
+    for (int64_t j0 = 0; j0 < S; j0 += KB) {
+        int64_t nb = S - j0 < KB ? S - j0 : KB;
+        const float *k = kt + j0;
+        int64_t kld = ld;
+        if (nb < KB) {
+            memset(pad, 0, hd * KB * sizeof(float));
+            for (int64_t d = 0; d < hd; d++) memcpy(pad + d * KB, kt + d * ld + j0, nb * sizeof(float));
+            k = pad, kld = KB;
+        }
+        for (int64_t r = 0; r < nq; r += QB) {
+            block_scores(q + r, k, kld, hd, acc);
+            for (int64_t u = 0; u < QB; u++) memcpy(p[r + u] + j0, acc + u * KB, nb * sizeof(float));
+        }
+    }
+}
+
+/* vis <- the keys j < S with b[j] > -inf, in order; returns how many */
+static int64_t visible(const float *b, int64_t S, int32_t *vis) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < S; j++)
+        if (b[j] > -INFINITY) vis[m++] = (int32_t)j;
+    return m;
+}
+
+/* p <- softmax(scale * p + b) over the m visible keys vis (the others get exactly 0). The sum runs over the
+ * visible keys in 16 lanes by their rank among them: the same for a key set wherever its keys sit in the cache. */
+static void softmax_visible(float *p, const float *b, const int32_t *vis, int64_t m, float scale, int64_t S) {
     float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int64_t j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? scale * p[j] + b[j] : -INFINITY;
     int64_t j = 0;
@@ -168,28 +209,55 @@ static void softmax_visible(float *p, const float *b, float scale, int64_t S) {
     for (j = 0; j < S; j++) p[j] -= mx;
     exp_inplace(p, S);
     for (j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? p[j] : 0.0f;
-    for (j = 0; j < S; j++) sum += p[j];
+    float acc[16] = {0};
+    int64_t t = 0;
+    for (; t + 16 <= m; t += 16)
+        for (int l = 0; l < 16; l++) acc[l] += p[vis[t + l]];
+    for (int l = 0; t < m; t++, l++) acc[l] += p[vis[t]];
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    sum = acc[0];
     for (j = 0; j < S; j++) p[j] /= sum;
 }
 
-/* o[d] += sum_j p[j] v[j][d] (v: one kv head's values, [S, hd]); the j-sum runs in order, four j per pass;
- * masked keys add p = 0 exactly */
-static void weighted_sum(const float *p, const float *v, int64_t S, int64_t hd, float *o) {
-    int64_t j = 0;
-    for (; j + 4 <= S; j += 4) {
-        const float *v0 = v + j * hd, *v1 = v0 + hd, *v2 = v1 + hd, *v3 = v2 + hd;
-        float p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
-        for (int64_t d = 0; d < hd; d++) {
-            float t = o[d];
-            t += p0 * v0[d];
-            t += p1 * v1[d];
-            t += p2 * v2[d];
-            t += p3 * v3[d];
-            o[d] = t;
+/* o_r[d] += sum_{j < nb} p_r[j] v[j * hd + d], r < QB (hd a multiple of 16): one multiply-add chain over j in
+ * order per output */
+static inline void block_weighted(const float *const *p, const float *v, int64_t nb, int64_t hd, float *const *o) {
+    const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    int64_t d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        LD4(a, o0 + d, 16);
+        LD4(b, o1 + d, 16);
+        LD4(c, o2 + d, 16);
+        LD4(e, o3 + d, 16);
+        for (int64_t j = 0; j < nb; j++) {
+            LD4(w, v + j * hd + d, 16);
+            FMA4(a, p0[j], w), FMA4(b, p1[j], w), FMA4(c, p2[j], w), FMA4(e, p3[j], w);
+        }
+        ST4(o0 + d, a), ST4(o1 + d, b), ST4(o2 + d, c), ST4(o3 + d, e);
+    }
+    for (; d < hd; d += 16) {
+        v16 a = ld16(o0 + d), b = ld16(o1 + d), c = ld16(o2 + d), e = ld16(o3 + d);
+        for (int64_t j = 0; j < nb; j++) {
+            v16 w = ld16(v + j * hd + d);
+            a += p0[j] * w, b += p1[j] * w, c += p2[j] * w, e += p3[j] * w;
+        }
+        st16(o0 + d, a), st16(o1 + d, b), st16(o2 + d, c), st16(o3 + d, e);
+    }
+}
+
+/* o_r += p_r v for the rows r < nq (a multiple of QB; v: one kv head's values, [S, hd]), KB keys at a time;
+ * masked keys add p = 0 exactly. */
+static void weighted_sum(const float *const *p, float *const *o, int64_t nq, const float *v, int64_t S, int64_t hd) {
+    for (int64_t j0 = 0; j0 < S; j0 += KB) {
+        int64_t nb = S - j0 < KB ? S - j0 : KB;
+        for (int64_t r = 0; r < nq; r += QB) {
+            const float *pj[QB];
+            for (int u = 0; u < QB; u++) pj[u] = p[r + u] + j0;
+            block_weighted(pj, v + j0 * hd, nb, hd, o + r);
         }
     }
-    for (; j < S; j++)
-        for (int64_t d = 0; d < hd; d++) o[d] += p[j] * v[j * hd + d];
 }
 
 /* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
@@ -199,8 +267,13 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
             const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
             const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob) {
     int64_t width = (H + 2 * K) * hd, S = start + n, G = H / K;
-    float *q = malloc((n * width + hd + H * hd + S) * sizeof(float));
-    float *tmp = q + n * width, *o = tmp + hd, *p = o + H * hd;
+    float *q = malloc((n * width + 2 * hd + ROWS * H * hd + ROWS * G * S + hd * KB + S) * sizeof(float));
+    float *tmp = q + n * width, *spare_o = tmp + hd, *o = spare_o + hd, *p = o + ROWS * H * hd, *pad = p + ROWS * G * S;
+    float *spare_p = pad + hd * KB;
+    const float *qs[ROWS * H + QB];
+    float *ps[ROWS * H + QB], *os[ROWS * H + QB];
+    int32_t *vis = malloc(ROWS * S * sizeof(int32_t));
+    int64_t nvis[ROWS];
     for (int64_t i = 0; i < n; i++) {  /* every new row's q, k, v; k, v into the caches */
         float *r = q + i * width;
         load_row(qkv, ib, i * width, width, r);
@@ -216,15 +289,25 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
             memcpy(v + (c * max_len + start + i) * hd, r + (H + K + c) * hd, hd * sizeof(float));
         }
     }
-    for (int64_t i = 0; i < n; i++) {
-        memset(o, 0, H * hd * sizeof(float));
-        for (int64_t h = 0; h < H; h++) {
-            int64_t c = h / G;
-            scores(q + i * width + h * hd, kt + c * hd * max_len, max_len, S, hd, p);
-            softmax_visible(p, bias + i * S, scale, S);
-            weighted_sum(p, v + c * max_len * hd, S, hd, o + h * hd);
+    for (int64_t i0 = 0; i0 < n; i0 += ROWS) {  /* ROWS rows at a time: per kv head, their G query heads each */
+        int64_t nr = n - i0 < ROWS ? n - i0 : ROWS;
+        memset(o, 0, nr * H * hd * sizeof(float));
+        for (int64_t i = 0; i < nr; i++) nvis[i] = visible(bias + (i0 + i) * S, S, vis + i * S);
+        int64_t nq = nr * G, nqp = (nq + QB - 1) / QB * QB;
+        for (int64_t c = 0; c < K; c++) {  /* the nr rows x G query heads of kv head c, padded to QB */
+            for (int64_t r = 0; r < nqp; r++) {
+                int64_t u = r < nq ? r : nq - 1, h = c * G + u % G;
+                qs[r] = q + (i0 + u / G) * width + h * hd;
+                ps[r] = r < nq ? p + r * S : spare_p;
+                os[r] = r < nq ? o + (u / G) * H * hd + h * hd : spare_o;
+            }
+            scores(qs, ps, nqp, kt + c * hd * max_len, max_len, S, hd, pad);  /* [nq, hd] @ [hd, S] */
+            for (int64_t r = 0; r < nq; r++)
+                softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, S);
+            weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, S, hd);  /* [nq, S] @ [S, hd] */
         }
-        store_row(out, ob, i * H * hd, H * hd, o);
+        for (int64_t i = 0; i < nr; i++) store_row(out, ob, (i0 + i) * H * hd, H * hd, o + i * H * hd);
     }
     free(q);
+    free(vis);
 }
