@@ -170,7 +170,7 @@ def check_prompt(prompt: str) -> str:
 
 def trace_meta(pipe, prompt: str, cfg: SpecConfig) -> dict:
     return {"prompt": prompt, "model": pipe.model_id, "draft": getattr(pipe, "draft_name", ""),
-            "runtime": getattr(pipe, "runtime_name", ""), "method": cfg.method, "cfg": cfg.to_dict(),
+            "runtime": getattr(pipe, "runtime_name", ""), "runtime_note": getattr(pipe, "runtime_note", ""), "method": cfg.method, "cfg": cfg.to_dict(),
             "vocab_size": getattr(pipe, "vocab_size", None), "created": datetime.now(timezone.utc).isoformat()}
 
 
@@ -305,7 +305,8 @@ def summary_for(trace: dict, baselines: dict, model_key: str = "") -> str:
         return summary_cards({})
     key = trace["meta"].get("baseline_key", "")
     ar, lossless = comparison(trace, baselines, key)
-    return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=lossless)
+    return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=lossless,
+                         runtime=trace["meta"].get("runtime_note", ""))
 
 
 def replay(trace: dict, step) -> list:

@@ -36,6 +36,15 @@ def make_runner(model, tokenizer, runtime="auto"):
     return make_fast(model, tokenizer, runtime)
 
 
+def runtime_note(runner) -> str:
+    """What runs the target, for the UI: 'fast', or which path and why when it is not the fastest."""
+    name = getattr(runner, "runtime_name", "eager")
+    why = getattr(runner, "fallback_reason", "") or getattr(runner, "kernels_reason", "")
+    if name == "fast" and why:
+        return f"fast, torch ops ({why})"
+    return f"{name} ({why})" if why else name
+
+
 def head_dir(model_id) -> Path:
     return ASSETS / "heads" / (model_alias(model_id) or model_id.replace("/", "--"))
 
@@ -46,6 +55,7 @@ class Pipeline:
         self.model, self.tokenizer = load_model(model_id, device=device, dtype=dtype)
         self.target = make_runner(self.model, self.tokenizer, runtime)
         self.runtime_name = getattr(self.target, "runtime_name", "eager")
+        self.runtime_note = runtime_note(self.target)
         self.vocab_size = self.target.vocab_size
         self.drafter, self.draft_name = self._make_drafter(draft, runtime)
         self.fr_rank = self._load_ranks()

@@ -360,7 +360,8 @@ class FastRunner:
         self.dtype = model.get_output_embeddings().weight.dtype  # weights; activations in self.act
         self.act = torch.promote_types(self.dtype, torch.float32)
         cfg = cfg or FastConfig()
-        self.kernels = kernels_reason(model, cfg) == ""
+        self.kernels_reason = kernels_reason(model, cfg)  # '' when the fused C kernels run
+        self.kernels = self.kernels_reason == ""
         # torch path with bf16 weights: KV cache and attention in fp64, so that attention's rounding (which
         # depends on where the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding
         # of o_proj's input. The fused kernels sum over the visible keys only, in order: fp32 is exact there.

@@ -108,3 +108,12 @@ def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
         assert torch.isfinite(runner.logits(hid)).all()
     finally:
         cpu_layer.lib.cache_clear()
+
+
+def test_pipeline_runtime_note_says_which_path_runs_and_why():
+    from types import SimpleNamespace
+    from core.pipeline import runtime_note
+    assert runtime_note(SimpleNamespace(runtime_name="fast", fallback_reason="", kernels_reason="")) == "fast"
+    assert runtime_note(SimpleNamespace(runtime_name="fast", fallback_reason="", kernels_reason="no C compiler")) \
+        == "fast, torch ops (no C compiler)"
+    assert runtime_note(SimpleNamespace(runtime_name="eager", fallback_reason="not covered")) == "eager (not covered)"

@@ -204,3 +204,8 @@ def test_chip_labels_show_whitespace_on_one_line():
     assert chip_label({"1": "\n\tx\r\u2028"}, 1) == "↵⇥x␍␣"
     assert chip_label({"1": "  "}, 1) == "··"
     assert len(chip_label({"1": "a" * 40}, 1)) == 12
+
+
+def test_summary_footer_names_the_runtime_and_why():
+    html = summary_cards({"new_tokens": 4, "steps": 2}, "nanospec", runtime="eager (fast runtime does not cover gemma2)")
+    assert "runtime: eager (fast runtime does not cover gemma2)" in html

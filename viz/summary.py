@@ -15,7 +15,8 @@ def speedup(summary: dict, baseline: dict | None) -> float | None:
     return summary["tokens_per_s"] / baseline["tokens_per_s"]
 
 
-def summary_cards(summary: dict, method: str = "", baseline: dict | None = None, lossless: bool | None = None) -> str:
+def summary_cards(summary: dict, method: str = "", baseline: dict | None = None, lossless: bool | None = None,
+                  runtime: str = "") -> str:
     if not summary:
         return '<div class="speclens summary-panel summary-empty">Run a prompt to see tokens/s, acceptance and coverage.</div>'
     share, sp = lm_head_share(summary), speedup(summary, baseline)
@@ -29,12 +30,13 @@ def summary_cards(summary: dict, method: str = "", baseline: dict | None = None,
     html = "".join(f'<div class="card" title="{esc(h)}"><div class="card-v">{esc(v)}</div>'
                    f'<div class="card-k">{esc(k)}</div></div>' for k, v, h in cards)
     return (f'<div class="speclens summary-panel"><div class="cards">{html}</div>'
-            f'{_footer(summary, method, lossless)}</div>')
+            f'{_footer(summary, method, lossless, runtime)}</div>')
 
 
-def _footer(summary, method, lossless) -> str:
+def _footer(summary, method, lossless, runtime="") -> str:
     bits = [f"<b>{esc(method)}</b>" if method else "", f"{summary.get('new_tokens', 0)} tokens",
-            f"{summary.get('steps', 0)} steps", _cut(summary.get("cut", ""))]
+            f"{summary.get('steps', 0)} steps", _cut(summary.get("cut", "")),
+            f'<span class="runtime">runtime: {esc(runtime)}</span>' if runtime else ""]
     if lossless is not None:
         bits.append(lossless_badge(lossless))
     return '<div class="summary-footer">' + " · ".join(b for b in bits if b) + "</div>"
