@@ -24,11 +24,14 @@ class DraftHead:
         self.vocab_size = rows.shape[0]
         self.static_ids = static_ids
         self.buf = None
+        # bf16 rows on the CPU: the buffer holds them in fp32 (a [n, d] @ [d, |I|] product there is ~5x faster
+        # than in bf16, which has no packed path for a buffer that changes every step); same values
+        dtype = torch.float32 if rows.device.type == "cpu" and rows.dtype == torch.bfloat16 and down is None else rows.dtype
         if static_ids is not None:
-            self.buf = rows.index_select(0, static_ids.to(rows.device)).contiguous()
+            self.buf = rows.index_select(0, static_ids.to(rows.device)).to(dtype).contiguous()
         elif stream is not None:
             # zeros, not empty: touch every page now rather than in the timed repacks as I_t grows
-            self.buf = torch.zeros(stream.W, rows.shape[1], dtype=rows.dtype, device=rows.device)
+            self.buf = torch.zeros(stream.W, rows.shape[1], dtype=dtype, device=rows.device)
         self._in_vocab = None
 
     def active_ids(self):
@@ -57,8 +60,8 @@ class DraftHead:
         if self.down is not None:
             return kernels.lowrank_logits(h, self.down, rows, None, self.backend)  # ([n,d]@[d,r])@[r,|I|]
         if kernels.use_triton(self.backend, h.device):
-            return kernels.gathered_gemm(h, rows, None, self.backend)
-        return (h @ rows.T).float()  # [n, d] @ [d, |I|]
+            return kernels.gathered_gemm(h.to(rows.dtype), rows, None, self.backend)
+        return (h.to(rows.dtype) @ rows.T).float()  # [n, d] @ [d, |I|]
 
     def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
         """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
