@@ -457,6 +457,8 @@ def kernels_reason(model, cfg: FastConfig) -> str:
         return "the fused CPU kernels do not cover this MLP activation"
     if model.get_output_embeddings().weight.dtype not in (torch.float32, torch.bfloat16):
         return "the fused CPU kernels cover fp32 and bf16 weights"
+    if arch_of(model).hd % 16:
+        return "the fused CPU kernels need a head_dim that is a multiple of 16"
     return "" if cpu_layer.lib() is not None else cpu_layer.why_not()
 
 

@@ -117,3 +117,12 @@ def test_pipeline_runtime_note_says_which_path_runs_and_why():
     assert runtime_note(SimpleNamespace(runtime_name="fast", fallback_reason="", kernels_reason="no C compiler")) \
         == "fast, torch ops (no C compiler)"
     assert runtime_note(SimpleNamespace(runtime_name="eager", fallback_reason="not covered")) == "eager (not covered)"
+
+
+def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
+    from core.models import tiny_model
+    runner = rt.FastRunner(tiny_model(0, d=32))  # 4 heads of 8
+    assert not runner.kernels and "multiple of 16" in runner.kernels_reason
+    ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]
+    hid, _ = runner.forward(torch.tensor([3, 4, 5]), torch.arange(3))
+    torch.testing.assert_close(runner.logits(hid), ref.float(), atol=1e-4, rtol=0)
