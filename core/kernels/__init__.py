@@ -6,6 +6,9 @@
     window_update   per-token counts of Suffix(S, W_max)     (I_t membership)
     lowrank_logits  (h @ W_down.T) @ W_up[idx].T             (SlimSpec / NanoSlim)
 
+The fast runtime's fused CPU kernels (norms, rope, attention, activation between the GEMMs) are C, not
+Triton: cpu_layer.c, built and loaded by cpu_layer.py (Triton runs on the CPU only in its interpreter).
+
 Every public function takes `backend` in auto|triton|torch (see `use_triton`).
 
 Triton is imported on the first Triton call, never by `import core.kernels`: triton decorates its
