@@ -37,7 +37,7 @@ PACK_ROWS = 32  # oneDNN (AMX) gives bit-identical rows for 1..32-row products; 
 @dataclass
 class FastConfig:
     max_len: int = 1024          # cache rows allocated up front; doubled when a forward needs more
-    layout: str = "auto"         # auto (bf16: packed; fp32: stream with the C kernels, else hybrid) | packed | stream | blocked | hybrid | plain
+    layout: str = "auto"         # auto (bf16: packed, else hybrid) | packed | blocked | hybrid | plain
     block_bytes: int = 0         # bytes per weight block; 0 = half the L2 cache
     check: bool = True           # make_runner('auto'): compare logits with transformers once
     kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu_layer.c) where they build
@@ -91,21 +91,13 @@ def packed_ok() -> bool:
 def layout_of(cfg: FastConfig, dtype) -> str:
     """The layout `cfg` asks for, with auto resolved for weights of `dtype`."""
     packable = dtype == torch.bfloat16 and packed_ok()
-    streamable = dtype == torch.float32 and cfg.kernels and cpu_lib() is not None
     if cfg.layout == "auto":
-        return "packed" if packable else "stream" if streamable else "hybrid"
-    if cfg.layout not in ("packed", "stream", "blocked", "hybrid", "plain"):
+        return "packed" if packable else "hybrid"
+    if cfg.layout not in ("packed", "blocked", "hybrid", "plain"):
         raise ValueError(f"unknown layout {cfg.layout!r}")
     if cfg.layout == "packed" and not packable:
         raise ValueError("the packed layout needs bf16 weights and oneDNN bf16 (avx512_bf16 or AMX)")
-    if cfg.layout == "stream" and not streamable:
-        raise ValueError("the stream layout needs fp32 weights and the fused CPU kernels")
     return cfg.layout
-
-
-def cpu_lib():
-    from core.kernels import cpu_layer
-    return cpu_layer.lib()
 
 
 def unsupported_reason(model) -> str:
@@ -214,7 +206,7 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
     if a.sandwich:
         w["ln_att"] = norm_w(layer.post_attention_layernorm, a)
         w["ln_mlp"] = norm_w(layer.post_feedforward_layernorm, a)
-    if fc.layout in ("plain", "hybrid"):  # (stream keeps hybrid's forms only for widths it cannot tile)
+    if fc.layout in ("plain", "hybrid"):
         rebind(qkv, w["wqkv"]), rebind((att.o_proj,), w["wo"]), rebind(gu, w["wgu"])
         rebind((mlp.down_proj,), w["wd"])
     w.update({k: forms(w[k], fc) for k in ("wqkv", "wo", "wgu", "wd")})
@@ -222,16 +214,13 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
 
 
 def forms(wt, fc: FastConfig) -> tuple:
-    """(plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None, streamed [out/64, in, 64] | None)
-    for the layout (stream: for a width that is a multiple of 64, else as hybrid)."""
+    """(plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None) for the layout."""
     if fc.layout == "packed":
-        return None, None, pack(wt.t().contiguous()), None
-    if fc.layout == "stream" and wt.shape[1] % 64 == 0:
-        return None, None, None, wt.view(wt.shape[0], -1, 64).permute(1, 0, 2).contiguous()
+        return None, None, pack(wt.t().contiguous())
     b = block(wt, fc.block_bytes or l2_bytes() // 2) if fc.layout != "plain" else wt
     if b.dim() == 2:
-        return wt, None, None, None
-    return (wt if fc.layout in ("hybrid", "stream") else None), b, None, None
+        return wt, None, None
+    return (wt if fc.layout == "hybrid" else None), b, None
 
 
 def head_weights(model, cfg: FastConfig):
@@ -240,7 +229,7 @@ def head_weights(model, cfg: FastConfig):
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     if cfg.layout == "packed":
-        return emb.weight.detach(), (None, None, pack(head.weight.detach()), None), head.weight.detach()
+        return emb.weight.detach(), (None, None, pack(head.weight.detach())), head.weight.detach()
     return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), cfg), head.weight.detach()
 
 
@@ -271,13 +260,9 @@ def rope_table(model, n: int, dtype, layer_type=None):
 
 def mm(x, w: tuple):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it).
-    w = (plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None, streamed | None): streamed if
-    there is one (cpu_gemm.c), packed if there is one (oneDNN), else plain for one row (GEMV), blocked for more
-    (one bmm over L2-sized blocks)."""
-    plain, blocked, packed, streamed = w
-    if streamed is not None:  # our own small-M GEMM (cpu_gemm.c): rows independent of n
-        from core.kernels.cpu_layer import gemm
-        return cast(gemm(cast(x, torch.float32), streamed), x.dtype)
+    w = (plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None): packed if there is one
+    (oneDNN), else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks)."""
+    plain, blocked, packed = w
     if packed is not None:  # <= PACK_ROWS rows per call: each row then comes out the same whatever n is
         xb = cast(x, packed.dtype)
         y = packed_mm(xb, packed) if xb.shape[0] <= PACK_ROWS else torch.cat([packed_mm(c, packed) for c in xb.split(PACK_ROWS)])

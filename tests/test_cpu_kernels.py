@@ -126,17 +126,3 @@ def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
     ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]
     hid, _ = runner.forward(torch.tensor([3, 4, 5]), torch.arange(3))
     torch.testing.assert_close(runner.logits(hid), ref.float(), atol=1e-4, rtol=0)
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_gemm_matches_matmul_and_its_rows_do_not_depend_on_the_row_count(threads):
-    w, x = rand(40, 192), rand(13, 40, seed=1)  # 3 column blocks of 64; 13 rows = tiles of 6, 6, 1
-    blocks = w.view(40, 3, 64).permute(1, 0, 2).contiguous()
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        y = cpu_layer.gemm(x, blocks)
-        torch.testing.assert_close(y, x @ w, **TOL)
-        assert all(torch.equal(cpu_layer.gemm(x[i:i + 1], blocks)[0], y[i]) for i in range(13))
-    finally:
-        torch.set_num_threads(old)

@@ -212,9 +212,8 @@ def test_default_model_short():
 def test_second_runner_reuses_weights():
     model = tiny_variant("llama")
     a, b = FastRunner(model), FastRunner(model)
-    first = lambda forms: next(f for f in forms if f is not None)  # noqa: E731  (the layout's own form)
-    assert first(a.head_t).data_ptr() == first(b.head_t).data_ptr() and a.v.data_ptr() != b.v.data_ptr()
-    assert first(a.layers[1]["wgu"]).data_ptr() == first(b.layers[1]["wgu"]).data_ptr()
+    assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.v.data_ptr() != b.v.data_ptr()
+    assert a.layers[1]["wgu"][1].data_ptr() == b.layers[1]["wgu"][1].data_ptr()
 
 
 # ---------------------------------------------------------------- bf16: packed oneDNN weights

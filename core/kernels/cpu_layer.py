@@ -1,7 +1,6 @@
-"""The fast runtime's CPU kernels: the fused per-layer work between the GEMMs (cpu_layer.c) and a small-M
-fp32 GEMM (cpu_gemm.c), built once with the system's C compiler into one library, cached by source + compiler
-+ CPU, loaded with ctypes. Their torch reference is the runtime's own torch path (core/runtime.py: rms, rope,
-attention, layer_forward, the blocked / plain products), which the tests compare them with.
+"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
+cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
+(core/runtime.py: rms, rope, attention, layer_forward), which the tests compare them with.
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-SRCS = [Path(__file__).with_name(n) for n in ("cpu_layer.c", "cpu_gemm.c")]
+SRC = Path(__file__).with_name("cpu_layer.c")
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {
@@ -25,7 +24,6 @@ SIGNATURES = {
     "add_rms": [P, P, ctypes.c_int, P, P, F, I, I, P, ctypes.c_int],
     "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
     "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
-    "gemm_f32": [P, I, I, P, I, P, ctypes.c_int],
 }
 _why = []
 
@@ -46,17 +44,15 @@ def cpu_id() -> str:
 
 
 def build(cc: str = "cc") -> Path:
-    """Compile the C sources for this CPU (-march=native) into one cached .so; the cached one when it exists."""
+    """Compile cpu_layer.c for this CPU (-march=native) into the cache; the cached .so when it exists."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    src = b"".join(f.read_bytes() for f in SRCS)
-    key = hashlib.sha256(src + version.encode() + cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(SRC.read_bytes() + version.encode() + cpu_id().encode()).hexdigest()[:16]
     out = cache_dir() / f"cpu_layer-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             so = Path(tmp) / out.name
-            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-pthread", "-o", str(so),
-                            *map(str, SRCS), "-lm"],
+            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), str(SRC), "-lm"],
                            check=True, capture_output=True, timeout=120)
             os.replace(so, out)
     return out
@@ -122,13 +118,4 @@ def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, 
     lib().attend(qkv.data_ptr(), is_bf16(qkv), ptr(bqkv), ptr(qn), ptr(kn), eps, cos.data_ptr(), sin.data_ptr(),
                  kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
                  out.data_ptr(), is_bf16(out))
-    return out
-
-
-def gemm(x, w):
-    """x [n, K] fp32 @ W -> [n, N] fp32, W given as its [N/64, K, 64] column blocks (cpu_gemm.c)."""
-    x = x.contiguous()
-    nb, K, _ = w.shape
-    out = torch.empty(x.shape[0], nb * 64)
-    lib().gemm_f32(x.data_ptr(), x.shape[0], K, w.data_ptr(), nb * 64, out.data_ptr(), min(torch.get_num_threads(), 2))
     return out
