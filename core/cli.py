@@ -27,7 +27,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default="auto", help="auto | self | eagle | a draft model id sharing the tokenizer")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="model weights: auto (CUDA bf16, CPU fp32) | fp32 | bf16")
+                   help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
     p.add_argument("--shape", default=d.shape, choices=SHAPES)
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
