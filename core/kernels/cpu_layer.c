@@ -292,7 +292,11 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
     for (int64_t i0 = 0; i0 < n; i0 += ROWS) {  /* ROWS rows at a time: per kv head, their G query heads each */
         int64_t nr = n - i0 < ROWS ? n - i0 : ROWS;
         memset(o, 0, nr * H * hd * sizeof(float));
-        for (int64_t i = 0; i < nr; i++) nvis[i] = visible(bias + (i0 + i) * S, S, vis + i * S);
+        int64_t Sb = 0;  /* keys [Sb, S) are masked for every row of the block (a causal prefill's future) */
+        for (int64_t i = 0; i < nr; i++) {
+            nvis[i] = visible(bias + (i0 + i) * S, S, vis + i * S);
+            if (nvis[i] > 0 && vis[i * S + nvis[i] - 1] + 1 > Sb) Sb = vis[i * S + nvis[i] - 1] + 1;
+        }
         int64_t nq = nr * G, nqp = (nq + QB - 1) / QB * QB;
         for (int64_t c = 0; c < K; c++) {  /* the nr rows x G query heads of kv head c, padded to QB */
             for (int64_t r = 0; r < nqp; r++) {
@@ -301,10 +305,10 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
                 ps[r] = r < nq ? p + r * S : spare_p;
                 os[r] = r < nq ? o + (u / G) * H * hd + h * hd : spare_o;
             }
-            scores(qs, ps, nqp, kt + c * hd * max_len, max_len, S, hd, pad);  /* [nq, hd] @ [hd, S] */
+            scores(qs, ps, nqp, kt + c * hd * max_len, max_len, Sb, hd, pad);  /* [nq, hd] @ [hd, Sb] */
             for (int64_t r = 0; r < nq; r++)
-                softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, S);
-            weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, S, hd);  /* [nq, S] @ [S, hd] */
+                softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, Sb);
+            weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, Sb, hd);  /* [nq, Sb] @ [Sb, hd] */
         }
         for (int64_t i = 0; i < nr; i++) store_row(out, ob, (i0 + i) * H * hd, H * hd, o + i * H * hd);
     }
