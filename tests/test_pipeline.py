@@ -26,3 +26,12 @@ def test_slim_init_is_validated():
     from core.errors import SpecError
     with pytest.raises(SpecError, match="slim_init"):
         SpecConfig(slim_init="random").validate()
+
+
+def test_inference_dtype_is_bf16_only_where_the_fast_runtime_runs_bf16_products(monkeypatch):
+    from core.pipeline import inference_dtype
+    monkeypatch.setattr("core.runtime.packed_ok", lambda: True)
+    assert inference_dtype("cpu") == torch.bfloat16
+    assert inference_dtype("cpu", runtime="eager") == torch.float32
+    monkeypatch.setattr("core.runtime.packed_ok", lambda: False)
+    assert inference_dtype("cpu") == torch.float32
