@@ -170,7 +170,8 @@ def check_prompt(prompt: str) -> str:
 
 def trace_meta(pipe, prompt: str, cfg: SpecConfig) -> dict:
     return {"prompt": prompt, "model": pipe.model_id, "draft": getattr(pipe, "draft_name", ""),
-            "runtime": getattr(pipe, "runtime_name", ""), "runtime_note": getattr(pipe, "runtime_note", ""), "method": cfg.method, "cfg": cfg.to_dict(),
+            "runtime": getattr(pipe, "runtime_name", ""), "runtime_note": getattr(pipe, "runtime_note", ""),
+            "method": cfg.method, "cfg": cfg.to_dict(),
             "vocab_size": getattr(pipe, "vocab_size", None), "created": datetime.now(timezone.utc).isoformat()}
 
 

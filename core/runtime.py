@@ -360,7 +360,8 @@ class FastRunner:
         self.dtype = model.get_output_embeddings().weight.dtype  # weights; activations in self.act
         self.act = torch.promote_types(self.dtype, torch.float32)
         cfg = cfg or FastConfig()
-        self.kernels_reason = kernels_reason(model, cfg)  # '' when the fused C kernels run
+        self.arch = a = arch_of(model)
+        self.kernels_reason = kernels_reason(a, self.dtype, cfg)  # '' when the fused C kernels run
         self.kernels = self.kernels_reason == ""
         # torch path with bf16 weights: KV cache and attention in fp64, so that attention's rounding (which
         # depends on where the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding
@@ -368,7 +369,6 @@ class FastRunner:
         self.att = torch.float64 if self.dtype.itemsize < 4 and not self.kernels else self.act
         self.model, self.tokenizer = model.eval(), tokenizer
         self.cfg = replace(cfg, layout=layout_of(cfg, self.dtype))
-        self.arch = a = arch_of(model)
         self.embed, self.head_t, self.head_weight, self.layers = fast_weights(model, a, self.cfg)
         self.norm_w = norm_w(model.model.norm, a)
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
@@ -448,16 +448,17 @@ class FastRunner:
 
 # ---------------------------------------------------------------- choosing a runtime
 
-def kernels_reason(model, cfg: FastConfig) -> str:
-    """'' if the fused C kernels serve this model, else why the runner keeps its torch path."""
+def kernels_reason(a: Arch, dtype, cfg: FastConfig) -> str:
+    """'' if the fused C kernels serve a model of this architecture and weight dtype, else why the runner keeps
+    its torch path."""
     from core.kernels import cpu_layer
     if not cfg.kernels:
         return "fused CPU kernels turned off"
-    if act_index(model.config) < 0:
+    if a.act_id < 0:
         return "the fused CPU kernels do not cover this MLP activation"
-    if model.get_output_embeddings().weight.dtype not in (torch.float32, torch.bfloat16):
+    if dtype not in (torch.float32, torch.bfloat16):
         return "the fused CPU kernels cover fp32 and bf16 weights"
-    if arch_of(model).hd % 16:
+    if a.hd % 16:
         return "the fused CPU kernels need a head_dim that is a multiple of 16"
     return "" if cpu_layer.lib() is not None else cpu_layer.why_not()
 

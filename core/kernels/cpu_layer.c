@@ -51,16 +51,21 @@ static void store_row(void *dst, int ob, int64_t off, int64_t m, const float *sr
     }
 }
 
-/* sum of a[i] * b[i] in LANES partial sums, then halved pairwise (vectorised, fixed order) */
+/* the total of LANES partial sums, halved pairwise (a fixed order); acc is consumed */
+static inline float lanes_total(float *acc) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+/* sum of a[i] * b[i] in LANES partial sums (vectorised, fixed order) */
 static inline float dot(const float *a, const float *b, int64_t m) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= m; i += LANES)
         for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
     for (int l = 0; i < m; i++, l++) acc[l] += a[i] * b[i];
-    for (int w = LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
+    return lanes_total(acc);
 }
 
 /* y = x * rsqrt(mean(x^2) + eps) * w, in place allowed */
@@ -196,7 +201,7 @@ static int64_t visible(const float *b, int64_t S, int32_t *vis) {
 }
 
 /* p <- softmax(scale * p + b) over the m visible keys vis (the others get exactly 0). The sum runs over the
- * visible keys in 16 lanes by their rank among them: the same for a key set wherever its keys sit in the cache. */
+ * visible keys in LANES lanes by their rank among them: the same for a key set wherever its keys sit in the cache. */
 static void softmax_visible(float *p, const float *b, const int32_t *vis, int64_t m, float scale, int64_t S) {
     float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int64_t j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? scale * p[j] + b[j] : -INFINITY;
@@ -204,19 +209,17 @@ static void softmax_visible(float *p, const float *b, const int32_t *vis, int64_
     for (; j + 8 <= S; j += 8)
         for (int l = 0; l < 8; l++) m8[l] = p[j + l] > m8[l] ? p[j + l] : m8[l];
     for (; j < S; j++) m8[0] = p[j] > m8[0] ? p[j] : m8[0];
-    float mx = m8[0], sum = 0.0f;
+    float mx = m8[0];
     for (int l = 1; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
     for (j = 0; j < S; j++) p[j] -= mx;
     exp_inplace(p, S);
     for (j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? p[j] : 0.0f;
-    float acc[16] = {0};
+    float acc[LANES] = {0};
     int64_t t = 0;
-    for (; t + 16 <= m; t += 16)
-        for (int l = 0; l < 16; l++) acc[l] += p[vis[t + l]];
+    for (; t + LANES <= m; t += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += p[vis[t + l]];
     for (int l = 0; t < m; t++, l++) acc[l] += p[vis[t]];
-    for (int w = 8; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    sum = acc[0];
+    float sum = lanes_total(acc);
     for (j = 0; j < S; j++) p[j] /= sum;
 }
 

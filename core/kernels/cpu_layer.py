@@ -35,10 +35,8 @@ def cache_dir() -> Path:
 
 def cpu_id() -> str:
     try:
-        info = Path("/proc/cpuinfo").read_text()
-        flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-        name = next((line for line in info.splitlines() if line.startswith("model name")), "")
-        return name + flags
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "".join(next((line for line in lines if line.startswith(k)), "") for k in ("model name", "flags"))
     except OSError:
         return platform.processor()
 
