@@ -20,7 +20,7 @@ from core.trace import compare_to_ar, new_tokens_after_prefill
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
-                "identical_to_ar_frac"]
+                "identical_to_ar_frac", "ties"]
 STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted",
              "draft_backbone", "lm_head", "gather", "verify", "other"]
 
@@ -115,12 +115,20 @@ def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
            "draft_calls": sum(r.tree.get("head_calls", 0) for r in steps),
            "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
            "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
-           "identical": None if ar_records is None else compare_to_ar(records, ar_records)["identical"],
+           **verdict_fields(records, ar_records),
            "variant": variant or cfg.method, "trace": step_trace(records)}
     step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
                   "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
                   "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
     return row, step_rows, records
+
+
+def verdict_fields(records, ar_records) -> dict:
+    """identical / tie of one run against plain decoding (None without it), from trace.compare_to_ar."""
+    if ar_records is None:
+        return {"identical": None, "tie": None}
+    cmp = compare_to_ar(records, ar_records)
+    return {"identical": cmp["identical"], "tie": cmp["tie"]}
 
 
 def step_trace(records) -> dict:
@@ -158,7 +166,8 @@ def summarize_rows(rows: list) -> list:
                     "lm_head_ms_per_call": round(t["lm_head"] / max(sum(r["draft_calls"] for r in g), 1), 3),
                     "draft_ms_per_step": round((t["draft_backbone"] + t["lm_head"] + t["gather"]) / steps, 3),
                     "verify_ms_per_step": round(t["verify"] / steps, 3),
-                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else ""})
+                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else "",
+                    "ties": sum(bool(r.get("tie")) for r in g) if ident else ""})
     return out
 
 

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         ar, ar_wall = run_once(pipe, args.prompt, SpecConfig(**{**cfg.to_dict(), "method": "ar"}), not args.no_chat)
         cmp = compare_to_ar(records, ar)
         out.update(identical_to_ar=cmp["identical"], ar_tokens_per_s=summarize(ar, ar_wall)["tokens_per_s"],
-                   first_diff=cmp["first_diff"], near_tie=cmp["tie"])
+                   first_diff=cmp["first_diff"], near_tie=cmp["tie"], verdict=cmp["verdict"])
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import torch
 
-from core.trace import StepRecord, TIMERS
+from core.trace import StepRecord, TIMERS, tie_tolerance
 from core.tree import accept_greedy, accept_sample, draft_tree, target_probs, verify_inputs
 
 
@@ -50,7 +50,7 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         target.commit(torch.arange(prompt.numel()))
         logits = target.logits(hidden)  # [n, V]
     root = _pick(logits[-1], cfg, gen)
-    rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
+    rec = StepRecord(step=0, kind="prefill", **_margins(logits[-1:], target))
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
         _fill_stream(rec, ev, head)
@@ -96,7 +96,7 @@ def _ar_step(target, root, root_pos, cfg, gen, timer, step):
         logits = target.logits(hidden)
     tok = _pick(logits[0], cfg, gen)
     rec = StepRecord(step=step, kind="ar", emitted=[tok], emitted_draft_p=[None], emitted_in_vocab=[True],
-                     margin=_margins(logits))
+                     **_margins(logits, target))
     return rec, tok
 
 
@@ -122,7 +122,7 @@ def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, st
     ev = head.on_verify(tree.tokens, logits, timer)  # after extend: the repack then runs on warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
-                     emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], margin=_margins(logits[keep]))
+                     emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], **_margins(logits[keep], target))
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
                 "head_calls": tree.head_calls}
     _fill_stream(rec, ev, head)
@@ -136,10 +136,13 @@ def _fill_stream(rec, ev, head):
         rec.stream = {"entered": [], "left": [], "size_s": 0, "active": head.n_active()}
 
 
-def _margins(logits) -> list:
-    """Top-1 minus top-2 logit per row: near 0 means fp rounding may flip the greedy choice."""
+def _margins(logits, target) -> dict:
+    """margin: top-1 minus top-2 logit per row; tie_tol: the margin within which rounding in the target's
+    logits dtype may flip the greedy choice (trace.tie_tolerance)."""
     top2 = logits.topk(2, dim=-1).values
-    return (top2[:, 0] - top2[:, 1]).tolist()
+    eps = torch.finfo(getattr(getattr(target, "head_weight", None), "dtype", torch.float32)).eps
+    return {"margin": (top2[:, 0] - top2[:, 1]).tolist(),
+            "tie_tol": [tie_tolerance(t, eps) for t in top2[:, 0].tolist()]}
 
 
 def _pick(logits_row, cfg, gen) -> int:
@@ -162,4 +165,5 @@ def _emit(rec, tokens, draft_p, in_vocab, fr_rank, decode, eos_ids, left):
     rec.emitted_in_vocab = list(in_vocab)[:n]
     rec.emitted_fr_rank = [int(fr_rank[t]) for t in tokens] if fr_rank is not None else [-1] * n
     rec.margin = list(rec.margin)[:n]
+    rec.tie_tol = list(rec.tie_tol)[:n]
     rec.text = decode(tokens)

@@ -37,10 +37,10 @@ def make_runner(model, tokenizer, runtime="auto"):
 
 
 def inference_dtype(device=None, runtime="auto") -> torch.dtype:
-    """bf16 on CUDA, and on a CPU where oneDNN runs bf16 products (AMX / avx512_bf16) for the fast runtime:
-    there a bf16 pass is ~1.3x faster than fp32, a verify of up to 16 tokens costs about one decoding step, and
-    its rows are bit-identical to 1-token decoding (speculation exactly lossless). Else fp32. (The offline
-    models are 4-bit GGUFs and the Hub checkpoints bf16: bf16 weights lose nothing the model had.)"""
+    """bf16 on CUDA, and on a CPU where oneDNN runs bf16 products (AMX / avx512_bf16) for the fast runtime
+    (Pipeline keeps it only where the runner's verify rows are bit-identical to 1-token decoding:
+    `FastRunner.exact_reason`); else fp32. The offline models are 4-bit GGUFs and the Hub checkpoints bf16:
+    bf16 weights lose nothing the model had."""
     from core.models import default_device
     if torch.device(device or default_device()).type == "cuda":
         return torch.bfloat16
@@ -56,9 +56,10 @@ def runtime_note(runner) -> str:
     dtype = getattr(getattr(runner, "head_weight", None), "dtype", None)
     name += {torch.bfloat16: " bf16", torch.float32: " fp32"}.get(dtype, "")
     why = getattr(runner, "fallback_reason", "") or getattr(runner, "kernels_reason", "")
+    exact = "exact" if getattr(runner, "exact_reason", None) == "" else "lossless up to rounding"
     if name.startswith("fast") and why:
-        return f"{name}, torch ops ({why})"
-    return f"{name} ({why})" if why else name
+        return f"{name}, torch ops ({why}), {exact}"
+    return f"{name} ({why}), {exact}" if why else f"{name}, {exact}"
 
 
 def head_dir(model_id) -> Path:
@@ -70,6 +71,10 @@ class Pipeline:
         self.model_id = model_id
         self.model, self.tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
         self.target = make_runner(self.model, self.tokenizer, runtime)
+        if dtype is None and self.model.dtype == torch.bfloat16 and getattr(self.target, "exact_reason", ""):
+            # auto picks bf16 only where its verify rows are exact; elsewhere fp32, whose ties are 1000x rarer
+            self.model, self.tokenizer = load_model(model_id, device=device, dtype=torch.float32)
+            self.target = make_runner(self.model, self.tokenizer, runtime)
         self.runtime_name = getattr(self.target, "runtime_name", "eager")
         self.runtime_note = runtime_note(self.target)
         self.vocab_size = self.target.vocab_size

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # static tables; dynamic/longrope depend on length
-PACK_ROWS = 32  # oneDNN (AMX) gives bit-identical rows for 1..32-row products; above, other kernels
+PACK_ROWS = 32  # packed products are called with at most this many rows (longer inputs are split)
+PAD_TRIES = (1, 2, 4, 8, 16)  # row counts a short packed product may be padded to (see row_pad)
 
 
 @dataclass
@@ -167,6 +168,43 @@ def block(wt, budget: int):
     return wt.view(k, n // bs, bs).permute(1, 0, 2).contiguous()
 
 
+@functools.cache
+def row_pad(out: int, k: int, threads: int) -> int:
+    """The fewest rows m that a packed bf16 product [n, k] @ [k, out] must be called with (short inputs padded
+    with zero rows) for each output row to be bit-identical whatever n in 1..PACK_ROWS + 1 shares the call;
+    0 if no m in PAD_TRIES does. oneDNN picks its kernel (and so the reduction order over k) by the row count:
+    on avx512_bf16 without AMX a 1-row product with k = 1536 sums in another order than 2+ rows do.
+    Probed once per (shape, thread count) on random data; the order depends on shapes, not values."""
+    g = torch.Generator().manual_seed(0)
+    w = pack(torch.randn(out, k, generator=g).bfloat16())
+    x = torch.randn(PACK_ROWS + 1, k, generator=g).bfloat16()
+    for m in PAD_TRIES:
+        alone = torch.cat([padded_mm(x[i:i + 1], w, m) for i in range(x.shape[0])])
+        if all(torch.equal(chunked_mm(x[:n], w, m), alone[:n]) for n in range(2, x.shape[0] + 1)):
+            return m
+    return 0
+
+
+def padded_mm(x, packed, m: int):
+    """packed_mm on x [n, in] called with at least m rows (zero rows appended, their outputs dropped)."""
+    n = x.shape[0]
+    if n >= m:
+        return packed_mm(x, packed)
+    return packed_mm(torch.cat([x, x.new_zeros(m - n, x.shape[1])]), packed)[:n]
+
+
+def chunked_mm(x, packed, m: int):
+    """x [n, in] @ packed^T in calls of at most PACK_ROWS rows, each padded to m rows."""
+    if x.shape[0] <= PACK_ROWS:
+        return padded_mm(x, packed, m)
+    return torch.cat([padded_mm(c, packed, m) for c in x.split(PACK_ROWS)])
+
+
+def exact_pads(shapes) -> dict:
+    """{(out, in): row_pad} for the packed weight shapes at the current thread count."""
+    return {s: row_pad(*s, torch.get_num_threads()) for s in shapes}
+
+
 def pack(w):
     """[out, in] bf16 -> oneDNN's blocked weight format (an opaque tensor), packed for up to 16 rows."""
     return torch.ops.mkldnn._reorder_linear_weight(w, 16)
@@ -263,10 +301,9 @@ def mm(x, w: tuple):
     w = (plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None): packed if there is one
     (oneDNN), else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks)."""
     plain, blocked, packed = w
-    if packed is not None:  # <= PACK_ROWS rows per call: each row then comes out the same whatever n is
-        xb = cast(x, packed.dtype)
-        y = packed_mm(xb, packed) if xb.shape[0] <= PACK_ROWS else torch.cat([packed_mm(c, packed) for c in xb.split(PACK_ROWS)])
-        return cast(y, x.dtype)
+    if packed is not None:  # padded to row_pad rows: each row then comes out the same whatever n is
+        m = row_pad(*packed.shape, torch.get_num_threads()) or 1
+        return cast(chunked_mm(cast(x, packed.dtype), packed, m), x.dtype)
     if blocked is None or (plain is not None and x.shape[0] == 1):
         return cast(cast(x, plain.dtype) @ plain, x.dtype)
     nb, k, bs = blocked.shape
@@ -374,6 +411,7 @@ class FastRunner:
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
+        self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
         self._alloc(self.cfg.max_len)
         self.reset()
 
@@ -461,6 +499,19 @@ def kernels_reason(a: Arch, dtype, cfg: FastConfig) -> str:
     if a.hd % 16:
         return "the fused CPU kernels need a head_dim that is a multiple of 16"
     return "" if cpu_layer.lib() is not None else cpu_layer.why_not()
+
+
+def exact_reason(runner) -> str:
+    """'' when a token's logits are bit-identical whatever the number of tokens sharing its forward (greedy
+    speculation then equals greedy decoding bit for bit), else why they may differ by rounding."""
+    if runner.cfg.layout != "packed":
+        return "1-token and batched GEMMs sum in different orders: lossless up to rounding, ties reported"
+    if not runner.kernels:
+        return "attention without the fused kernels sums per pass size: lossless up to rounding, ties reported"
+    shapes = {runner.head_t[2].shape} | {w[k][2].shape for w in runner.layers for k in ("wqkv", "wo", "wgu", "wd")}
+    if not all(exact_pads(shapes).values()):
+        return "oneDNN's bf16 products depend on the row count on this CPU: lossless up to rounding, ties reported"
+    return ""
 
 
 def logits_gap(model, runner, n: int = 5) -> float:

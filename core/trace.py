@@ -1,4 +1,5 @@
 """The trace: one StepRecord per engine step, and the run summary every consumer derives from it."""
+import math
 from dataclasses import dataclass, field, asdict
 
 SOURCES = ("prompt", "prefill", "draft", "verify")
@@ -16,6 +17,7 @@ class StepRecord:
     emitted_fr_rank: list = field(default_factory=list)
     emitted_draft_p: list = field(default_factory=list)  # None for the bonus token
     margin: list = field(default_factory=list)  # target's top-1 minus top-2 logit where each token was chosen
+    tie_tol: list = field(default_factory=list)  # per token: the margin at or below which rounding may flip it
     stream: dict = field(default_factory=lambda: {"entered": [], "left": [], "size_s": 0, "active": 0})
     timing_ms: dict = field(default_factory=lambda: {k: 0.0 for k in TIMERS})
     text: str = ""
@@ -73,16 +75,35 @@ def tokens_of(records) -> list:
     return [t for r in records for t in r.emitted]
 
 
-def compare_to_ar(records, ar_records, tol: float = 1e-4) -> dict:
-    """Greedy losslessness, tie-aware: sequences must match token for token; the only tolerated
-    difference is a first divergence where the target's top-2 logits differ by < tol (a near-tie that
-    fp rounding between batched and sequential passes may flip). After it, the runs legitimately differ."""
+FP32_NOISE = 1e-4  # logit noise of a fp32 forward whose GEMMs sum in another order (GEMV vs GEMM: <= 6e-5 measured)
+
+
+def tie_tolerance(top: float, eps: float) -> float:
+    """The margin within which two passes may pick different greedy tokens by rounding alone: one rounding
+    step of the logits' dtype (machine epsilon `eps`: 2^-7 bf16, 2^-23 fp32) at the top logit's magnitude,
+    and at least FP32_NOISE. bf16 at |top| = 20: 0.125; fp32: 1e-4."""
+    step = eps * 2.0 ** (math.frexp(abs(top))[1] - 1) if top else 0.0
+    return max(step, FP32_NOISE)
+
+
+def compare_to_ar(records, ar_records) -> dict:
+    """The one greedy losslessness verdict: `identical` only when the token sequences match exactly. A first
+    divergence where either run's top-2 margin lies within its tie tolerance (`StepRecord.tie_tol`) is
+    reported as a tie (`tie` True, still not identical): rounding, not the speculation, chose there.
+    `verdict`: "identical" | "tie at token i" | "differs at token i"."""
     a, b = tokens_of(records), tokens_of(ar_records)
-    ma = [m for r in records for m in r.margin]
-    mb = [m for r in ar_records for m in r.margin]
     i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if i is None:
-        same = len(a) == len(b)
-        return {"identical": same, "first_diff": None if same else min(len(a), len(b)), "tie": False}
-    tie = min(ma[i] if i < len(ma) else 1.0, mb[i] if i < len(mb) else 1.0) < tol
-    return {"identical": tie, "first_diff": i, "tie": tie}
+        if len(a) == len(b):
+            return {"identical": True, "first_diff": None, "tie": False, "verdict": "identical"}
+        i = min(len(a), len(b))
+        return {"identical": False, "first_diff": i, "tie": False, "verdict": f"differs at token {i} (length)"}
+    tie = any(m <= t for m, t in (_margin_at(records, i), _margin_at(ar_records, i)))
+    return {"identical": False, "first_diff": i, "tie": tie, "verdict": f"{'tie' if tie else 'differs'} at token {i}"}
+
+
+def _margin_at(records, i: int) -> tuple:
+    """(margin, tie tolerance) of the i-th emitted token; traces without tie_tol use the fp32 floor."""
+    margins = [m for r in records for m in r.margin]
+    tols = [t for r in records for t in (r.tie_tol or [FP32_NOISE] * len(r.margin))]
+    return (margins[i], tols[i]) if i < len(margins) and i < len(tols) else (math.inf, 0.0)

@@ -113,10 +113,12 @@ def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
 def test_pipeline_runtime_note_says_which_path_runs_and_why():
     from types import SimpleNamespace
     from core.pipeline import runtime_note
-    assert runtime_note(SimpleNamespace(runtime_name="fast", fallback_reason="", kernels_reason="")) == "fast"
-    assert runtime_note(SimpleNamespace(runtime_name="fast", fallback_reason="", kernels_reason="no C compiler")) \
-        == "fast, torch ops (no C compiler)"
-    assert runtime_note(SimpleNamespace(runtime_name="eager", fallback_reason="not covered")) == "eager (not covered)"
+    fast = dict(runtime_name="fast", fallback_reason="", exact_reason="")
+    assert runtime_note(SimpleNamespace(**fast, kernels_reason="")) == "fast, exact"
+    assert runtime_note(SimpleNamespace(**fast, kernels_reason="no C compiler")) \
+        == "fast, torch ops (no C compiler), exact"
+    assert runtime_note(SimpleNamespace(runtime_name="eager", fallback_reason="not covered")) \
+        == "eager (not covered), lossless up to rounding"
 
 
 def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():

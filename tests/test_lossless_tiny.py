@@ -68,13 +68,35 @@ def test_run_stops_at_the_token_budget(tiny_target):
     assert len(tokens_of(recs)) == 7
 
 
-def test_tie_tolerance_only_applies_at_a_near_tie():
+def _pair(margin: float, tie_tol: float):
     from core.trace import StepRecord
-    a = [StepRecord(0, "ar", emitted=[1, 2, 3], margin=[1.0, 1.0, 1.0])]
-    b = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, 5e-5])]
-    c = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, 0.5])]
-    assert compare_to_ar(b, a)["identical"] and compare_to_ar(b, a)["tie"]
-    assert not compare_to_ar(c, a)["identical"]
+    ar = [StepRecord(0, "ar", emitted=[1, 2, 3], margin=[1.0, 1.0, 1.0], tie_tol=[tie_tol] * 3)]
+    spec = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, margin], tie_tol=[tie_tol] * 3)]
+    return spec, ar
+
+
+def test_a_divergence_at_a_near_tie_is_reported_as_a_tie_and_not_as_identical():
+    cmp = compare_to_ar(*_pair(margin=5e-5, tie_tol=1e-4))
+    assert not cmp["identical"] and cmp["tie"] and cmp["verdict"] == "tie at token 2"
+
+
+def test_a_divergence_with_a_clear_margin_is_a_difference():
+    cmp = compare_to_ar(*_pair(margin=0.5, tie_tol=1e-4))
+    assert not cmp["identical"] and not cmp["tie"] and cmp["verdict"] == "differs at token 2"
+
+
+def test_the_tie_rule_fires_for_bf16_scale_gaps_and_not_for_fp32_ones():
+    from core.trace import tie_tolerance
+    top, gap = 20.0, 0.125  # one bf16 rounding step at |logit| = 20
+    assert compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -7)))["tie"]
+    assert not compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -23)))["tie"]
+
+
+def test_a_shorter_run_is_not_identical():
+    spec, ar = _pair(margin=1.0, tie_tol=1e-4)
+    spec[0].emitted = [1, 2]
+    cmp = compare_to_ar(spec, ar)
+    assert not cmp["identical"] and cmp["first_diff"] == 2
 
 
 @pytest.mark.parametrize("method", ["nanospec", "slimspec", "nanoslim"])

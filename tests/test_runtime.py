@@ -255,6 +255,26 @@ def test_packed_bf16_rows_do_not_depend_on_the_pass_size(n):
 
 
 @needs_packed
+@pytest.mark.parametrize("out,k", [(576, 1536), (3072, 576), (896, 4864), (1536, 8960)])
+def test_packed_bf16_products_give_each_row_the_same_bits_whatever_the_row_count(out, k):
+    """Real models' shapes (SmolLM2's and Qwen2.5's down projections): oneDNN may choose its kernel, and so
+    its summation order, by the row count; mm pads short products so that it cannot."""
+    from core.runtime import forms, mm
+    g = torch.Generator().manual_seed(k)
+    w = forms(torch.randn(k, out, generator=g).bfloat16(), FastConfig(layout="packed"))
+    x = torch.randn(33, k, generator=g)
+    alone = torch.cat([mm(x[i:i + 1], w) for i in range(33)])
+    for n in (2, 3, 7, 16, 33):
+        assert torch.equal(mm(x[:n], w), alone[:n]), n
+
+
+def test_the_default_model_runner_says_whether_its_rows_are_exact():
+    runner = FastRunner(tiny_variant("llama").to(torch.bfloat16)) if packed_ok() else FastRunner(tiny_variant("llama"))
+    assert runner.exact_reason == ("" if packed_ok() and runner.kernels else runner.exact_reason)
+    assert FastRunner(tiny_variant("llama"), None, FastConfig(layout="hybrid")).exact_reason != ""
+
+
+@needs_packed
 def test_packed_bf16_tree_paths_equal_decoding_them_one_by_one():
     runner = FastRunner(tiny_variant("llama", seed=5).to(torch.bfloat16))
     parents = [-1, 0, 0, 1, 2, 4, 4, 6]  # the path to node 7 sits on rows 0, 2, 4, 6, 7: gaps in the cache
@@ -288,7 +308,7 @@ def test_bf16_without_packing_falls_back_to_the_plain_layouts(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_packed)])
 @pytest.mark.parametrize("method", ["full", "frspec", "nanospec", "slimspec", "nanoslim"])
 def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
-    """fp32: token for token up to a near-tie (the batched and 1-token GEMMs round differently);
+    """fp32: token for token up to a reported tie (the batched and 1-token GEMMs round differently);
     bf16 packed: exactly (its rows do not depend on the pass size)."""
     from conftest import peaky_tiny
     from core.config import SpecConfig
@@ -304,8 +324,8 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     drafter = ModelDrafter(FastRunner(model))
     head = build_head(method, drafter.head_weight, cfg, fr_ids=torch.arange(0, 300, 3))
     spec = list(generate(FastRunner(model), drafter, head, prompt, cfg))
-    cmp = compare_to_ar(spec, ar, tol=ATOL if dtype == torch.float32 else 0.0)
-    assert cmp["identical"], cmp
+    cmp = compare_to_ar(spec, ar)
+    assert cmp["identical"] or (dtype == torch.float32 and cmp["tie"]), cmp
 
 
 def test_eagle_drafter_on_fast_runtime_matches_eager():
