@@ -28,6 +28,14 @@ def tiny_target():
     return peaky_tiny(0)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that takes the default_pipeline fixture (directly or through another fixture) loads the real
+    model: it is marked `model`, so `-m "not model"` leaves it out."""
+    for item in items:
+        if "default_pipeline" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(scope="session")
 def default_pipeline():
     from core.pipeline import Pipeline

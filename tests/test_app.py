@@ -22,6 +22,7 @@ def served():
 
 
 @needs_pipeline
+@pytest.mark.model
 def test_generate_endpoint_returns_summary(served):
     out = served.predict("What is 2 + 3?", "nanospec", 12, api_name="/generate")
     assert SUMMARY_KEYS <= set(out), SUMMARY_KEYS - set(out)
@@ -30,6 +31,7 @@ def test_generate_endpoint_returns_summary(served):
 
 
 @needs_pipeline
+@pytest.mark.model
 def test_generate_bad_input_is_a_message_and_app_keeps_serving(served):
     from gradio_client.exceptions import AppError
     with pytest.raises(AppError, match="prompt is empty"):

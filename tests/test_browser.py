@@ -19,6 +19,8 @@ ART = Path(__file__).resolve().parent.parent / "test-artifacts"
 RUN_TOKENS = int(os.environ.get("SPECLENS_BROWSER_TOKENS", "16"))  # short: CPU CI
 
 pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.model,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="pip package playwright missing"),
 ]
@@ -98,7 +100,7 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     import app
     app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
     page = open_page(browser, url)
-    box = set_max_tokens(page, str(RUN_TOKENS))
+    set_max_tokens(page, str(RUN_TOKENS))
     page.evaluate(NOTE_LOG_JS)
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
@@ -137,7 +139,7 @@ def test_phone_layout(browser, url):
 @needs_pipeline
 def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     page = open_page(browser, url)
-    box = set_max_tokens(page, str(RUN_TOKENS))
+    set_max_tokens(page, str(RUN_TOKENS))
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-methods").get_by_label("frspec").uncheck()
     page.locator("#compare-btn").click()

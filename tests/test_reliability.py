@@ -411,6 +411,8 @@ def test_default_model_greedy_stays_lossless_under_extreme_settings(default_pipe
 
 # ---------------------------------------------------------------- load (opt-in: minutes on 2 cores)
 
+@pytest.mark.model
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SPECLENS_LOAD") != "1", reason="set SPECLENS_LOAD=1 (runs tests/loadgen.py)")
 def test_load_sessions(tmp_path):
     out = tmp_path / "load.json"

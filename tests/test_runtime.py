@@ -194,6 +194,7 @@ def test_make_runner_choices():
         make_runner(model, None, "turbo")
 
 
+@pytest.mark.model
 @pytest.mark.skipif(not (converted_dir(DEFAULT_MODEL) / "config.json").is_file(),
                     reason="default model not converted on this machine")
 def test_default_model_short():
