@@ -437,17 +437,18 @@ class TqdmProgress:
         self.bar.refresh()
 
 
-def run_paper(args_or_settings, progress=None) -> dict:
+def run_paper(args_or_settings, progress=None, pipe=None) -> dict:
     """Run (or resume) the grid, write every figure, table and report.md; returns {file name: path}.
     args_or_settings: bench's parsed arguments or a dict (figures=DIR, prompts, limit, max_new_tokens,
-    categories, model, draft, runtime, sweep_prompts, threads, seed, ...)."""
+    categories, model, draft, runtime, sweep_prompts, threads, seed, ...); pipe: a Pipeline to run on instead
+    of the one the settings' model, draft and runtime load."""
     args = settings_from(args_or_settings)
     args.limit = DEFAULT_LIMIT if args.limit is None else args.limit
     bench.set_threads(args)
     out = Path(args.figures)
     prompts = bench.select_prompts(args)
     jobs = plan(args, prompts)
-    pipe = bench.load_pipeline(args)
+    pipe = pipe or bench.load_pipeline(args)
     base = bench.config_from(args, "nanospec")
     done = bench.open_out(out, {"model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
                                 "base": base.to_dict()})
