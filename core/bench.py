@@ -2,8 +2,8 @@
 
 Writes DIR/runs.jsonl (one line per finished prompt × method; rerunning skips them), DIR/steps.csv
 and DIR/summary.csv (per category × method, plus `all`). Speedups are ratios to the plain AR run
-of the same prompts on the same runtime in the same process. `--figures DIR` runs the paper
-experiments instead (core/paper.py: figures, tables, report.md).
+of the same prompts on the same runtime in the same process. With `--figures DIR` the subcommand runs the
+paper experiments instead: its entry point is core/paper.py's main, which builds on this module.
 """
 import argparse
 import csv
@@ -230,12 +230,8 @@ def _read_steps(path: Path) -> list:
 
 
 def main(argv=None) -> int:
+    """The bench table (core/paper.py's main routes `--figures` to the paper experiments first)."""
     args = parse(argv)
-    if args.figures:
-        from core.paper import run_paper
-        paths = run_paper(args)
-        print("\n".join(f"wrote {p}" for p in paths.values()), file=sys.stderr)
-        return 0
     summary = run_bench(args)
     print_table(summary)
     print(f"\nwrote {args.out}/summary.csv, steps.csv, runs.jsonl", file=sys.stderr)

@@ -12,11 +12,11 @@ from core.errors import SpecError
 DTYPES = ("auto", "fp32", "bf16")
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
-    "bench": "core.bench",
+    "bench": "core.paper",  # --figures DIR: the paper experiments, else core.bench's table
     "freq": "core.freq",
     "train-eagle": "core.train_eagle",
     "train-slim": "core.train_slim",
-    "bench-runtime": "core.runtime",
+    "bench-runtime": "core.runtime_bench",
 }
 
 

@@ -632,3 +632,13 @@ def p_nu_rho(rows, kappa) -> str:
     return (head + f"κ = {kappa:.3g}: the LM head is {kappa / (1 + kappa):.1%} of a Full step, so the model predicts at most "
             f"{1 + kappa:.3g}× from the head alone. Predicted vs measured speedup over Full: {'; '.join(err)}. "
             "Differences are costs the model leaves out (stream upkeep in `gather`, tree-size changes) and timing noise.")
+
+
+def main(argv=None) -> int:
+    """python -m core bench: the paper experiments with --figures DIR, else the bench table (core/bench.py)."""
+    args = bench.parse(argv)
+    if not args.figures:
+        return bench.main(argv)
+    paths = run_paper(args)
+    print("\n".join(f"wrote {p}" for p in paths.values()), file=sys.stderr)
+    return 0

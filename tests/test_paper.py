@@ -9,9 +9,9 @@ import torch
 from conftest import peaky_tiny
 from core import bench, paper
 from core.draft import ModelDrafter
-from core.models import tiny_tokenizer
 from core.pipeline import Pipeline
 from core.runtime import make_runner
+from tiny import tiny_tokenizer
 from viz import paper as vp
 
 OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensitivity", "fig6_vocab_evolution",
@@ -96,7 +96,7 @@ def test_the_cli_reruns_the_same_grid_without_running_anything(figures, pipe, mo
     before = (out / "runs.jsonl").read_text()
     argv = ["--figures", s["figures"], "--prompts", *s["prompts"], "--limit", "1", "--max-new-tokens", "8", "--model",
             "tiny-paper", "--draft", "self", "--runtime", "eager", "--sweep-prompts", "1", "--no-png"]
-    assert bench.main(argv) == 0
+    assert paper.main(argv) == 0
     assert (out / "runs.jsonl").read_text() == before
 
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from core.errors import SpecError
-from core.models import DEFAULT_MODEL, converted_dir, tiny_model
+from core.models import DEFAULT_MODEL, converted_dir
+from tiny import tiny_model
 from core.runtime import FastConfig, FastRunner, make_runner, packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
