@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.cli import add_engine_args, config_from, load_pipeline
+from core.cli import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
@@ -191,7 +191,7 @@ def run_bench(args) -> list:
         settings["dtype"] = args.dtype
     done = open_out(out, settings)
     set_threads(args)
-    pipe = load_pipeline(args)
+    pipe = pipeline_from(args)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
         list(pipe.run(prompts[0].text, cfgs[m].__class__(**{**cfgs[m].to_dict(), "max_new_tokens": 4})))
     steps_path = out / "steps.csv"

@@ -48,7 +48,8 @@ def config_from(args, method: str) -> SpecConfig:
     return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
 
 
-def load_pipeline(args):
+def pipeline_from(args):
+    """The Pipeline the engine options in `args` name (model, draft, runtime, dtype)."""
     from core.models import DEFAULT_MODEL
     from core.pipeline import Pipeline
     return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime,
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     cfg = config_from(args, args.method)
     if not args.prompt.strip():
         raise SpecError("the prompt is empty")
-    pipe = load_pipeline(args)
+    pipe = pipeline_from(args)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,

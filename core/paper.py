@@ -448,7 +448,7 @@ def run_paper(args_or_settings, progress=None, pipe=None) -> dict:
     out = Path(args.figures)
     prompts = bench.select_prompts(args)
     jobs = plan(args, prompts)
-    pipe = pipe or bench.load_pipeline(args)
+    pipe = pipe or bench.pipeline_from(args)
     base = bench.config_from(args, "nanospec")
     done = bench.open_out(out, {"model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
                                 "base": base.to_dict()})

@@ -1,5 +1,4 @@
 """app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
-import importlib.util
 import os
 from pathlib import Path
 
@@ -8,8 +7,6 @@ import pytest
 import app
 from conftest import served_app
 
-HAS_PIPELINE = importlib.util.find_spec("core.pipeline") is not None
-needs_pipeline = pytest.mark.skipif(not HAS_PIPELINE, reason="core/pipeline.py is not in this checkout yet")
 SUMMARY_KEYS = {"text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
                 "timing_ms", "tokens_per_s", "cut"}
 
@@ -21,7 +18,6 @@ def served():
         yield Client(url, verbose=False)
 
 
-@needs_pipeline
 @pytest.mark.model
 def test_generate_endpoint_returns_summary(served):
     out = served.predict("What is 2 + 3?", "nanospec", 12, api_name="/generate")
@@ -30,7 +26,6 @@ def test_generate_endpoint_returns_summary(served):
     assert out["method"] == "nanospec" and out["tokens_per_s"] > 0
 
 
-@needs_pipeline
 @pytest.mark.model
 def test_generate_bad_input_is_a_message_and_app_keeps_serving(served):
     from gradio_client.exceptions import AppError

@@ -24,8 +24,6 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="pip package playwright missing"),
 ]
-needs_pipeline = pytest.mark.skipif(importlib.util.find_spec("core.pipeline") is None,
-                                    reason="core/pipeline.py is not in this checkout yet")
 
 # Seconds from the Run click until the first streamed step shows up (the note flips to "Generating… step").
 FIRST_STEP_JS = """() => {
@@ -95,7 +93,6 @@ def test_replay_buttons_scrub_the_panels(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_run_default_prompt_streams_every_panel(browser, url):
     import app
     app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
@@ -136,7 +133,6 @@ def test_phone_layout(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     page = open_page(browser, url)
     set_max_tokens(page, str(RUN_TOKENS))
@@ -161,7 +157,6 @@ def test_empty_prompt_shows_a_message_not_a_traceback(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_stop_cancels_and_the_next_run_works(browser, url):
     page = open_page(browser, url)
     box = set_max_tokens(page, "128")

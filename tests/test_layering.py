@@ -24,7 +24,7 @@ def test_core_never_imports_gradio():
 
 
 def test_the_import_reader_sees_imports_inside_functions():
-    # core.cli imports core.pipeline only inside load_pipeline
+    # core.cli imports core.pipeline only inside pipeline_from
     assert "core.pipeline" in project_imports("core.cli")
 
 

@@ -91,7 +91,7 @@ def test_source_ablations_are_all_measured(figures):
 
 
 def test_the_cli_reruns_the_same_grid_without_running_anything(figures, pipe, monkeypatch):
-    monkeypatch.setattr(bench, "load_pipeline", lambda args: pipe)
+    monkeypatch.setattr(bench, "pipeline_from", lambda args: pipe)
     out, _, _, s = figures
     before = (out / "runs.jsonl").read_text()
     argv = ["--figures", s["figures"], "--prompts", *s["prompts"], "--limit", "1", "--max-new-tokens", "8", "--model",

@@ -151,6 +151,17 @@ def test_compare_coverage_one_line_per_method(trace):
     assert fig.data[0].y[-1] == 100.0
 
 
+def test_a_method_has_one_colour_in_the_app_and_in_the_paper_figures(trace):
+    from viz import paper
+    methods = ["ar", "full", "frspec", "nanospec", "slimspec", "nanoslim"]
+    app_fig = plots.compare_coverage_fig({m: trace["records"] for m in methods})
+    paper_fig = paper.fig_speed_table([{"category": "conv", "method": m, "speedup_vs_ar": 1.0, "tokens_per_s": 1.0,
+                                        "mean_accept_len": 1.0} for m in methods])
+    app_colours = {t.name: t.line.color for t in app_fig.data}
+    assert {t.name: t.marker.color for t in paper_fig.data} == app_colours
+    assert len(set(app_colours.values())) == len(methods)
+
+
 def test_figures_html_is_standalone(trace):
     page = plots.figures_html([plots.accept_len_fig(trace["records"])])
     assert page.startswith("<!doctype html>") and "plotly" in page
