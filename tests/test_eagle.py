@@ -9,13 +9,7 @@ from core.runner import EagerRunner
 from tiny import tiny_model
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread (15x faster than two on a shared, loaded machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
 
 
 def tiny(seed=0):
