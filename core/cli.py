@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS
 from core.errors import SpecError
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
                dtype=str(pipe.model.dtype).removeprefix("torch."))
     if args.compare_ar:
-        ar, ar_wall = run_once(pipe, args.prompt, SpecConfig(**{**cfg.to_dict(), "method": "ar"}), not args.no_chat)
+        ar, ar_wall = run_once(pipe, args.prompt, replace(cfg, method="ar"), not args.no_chat)
         cmp = compare_to_ar(records, ar)
         out.update(identical_to_ar=cmp["identical"], ar_tokens_per_s=summarize(ar, ar_wall)["tokens_per_s"],
                    first_diff=cmp["first_diff"], near_tie=cmp["tie"])

@@ -14,11 +14,13 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from core import bench
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
+from core.trace import TIMERS
 
 DEFAULT_LIMIT = 1  # prompts per category when --limit is not given (the grid must fit ~30 min on a CPU)
 FR_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -95,7 +97,7 @@ def sweep_variants(base: SpecConfig) -> dict:
 
 
 def _with(cfg, **over) -> SpecConfig:
-    return SpecConfig(**{**cfg.to_dict(), **over}).validate()
+    return replace(cfg, **over).validate()
 
 
 def plan(args, prompts) -> list:
@@ -144,7 +146,7 @@ def warm_up(pipe, todo) -> None:
 def _agg(rows) -> dict:
     """Totals of a group of runs: τ = step tokens / steps; tokens/s = new tokens / wall."""
     steps = max(sum(r["steps"] for r in rows), 1)
-    t = {k: sum(r["timing_ms"][k] for r in rows) for k in ("draft_backbone", "lm_head", "gather", "verify", "other")}
+    t = {k: sum(r["timing_ms"][k] for r in rows) for k in TIMERS}
     active = [a for r in rows for a in r["trace"]["active"]]
     return {"steps": steps, "tau": sum(r["step_tokens"] for r in rows) / steps,
             "tps": sum(r["new_tokens"] for r in rows) / max(sum(r["wall_s"] for r in rows), 1e-9),
