@@ -2,27 +2,27 @@
 
 Writes DIR/runs.jsonl (one line per finished prompt × method; rerunning skips them), DIR/steps.csv
 and DIR/summary.csv (per category × method, plus `all`). Speedups are ratios to the plain AR run
-of the same prompts on the same runtime in the same process. `--figures DIR` runs the paper
-experiments instead (core/paper.py: figures, tables, report.md).
+of the same prompts on the same runtime in the same process. With `--figures DIR` the subcommand runs the
+paper experiments instead: its entry point is core/paper.py's main, which builds on this module.
 """
 import argparse
 import csv
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from core.cli import add_engine_args, config_from, load_pipeline
+from core.cli import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
-from core.trace import compare_to_ar, new_tokens_after_prefill
+from core.trace import TIMERS, compare_to_ar, new_tokens_after_prefill
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
-                "identical_to_ar_frac", "ties"]
-STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted",
-             "draft_backbone", "lm_head", "gather", "verify", "other"]
+                "identical_to_ar_frac"]
+STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted", *TIMERS]
 
 
 def parse(argv):
@@ -107,7 +107,7 @@ def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
     records = list(pipe.run(prompt.text, cfg))
     wall = time.perf_counter() - t0
     steps = [r for r in records if r.kind != "prefill"]
-    tim = {k: sum(r.timing_ms[k] for r in records) for k in ("draft_backbone", "lm_head", "gather", "verify", "other")}
+    tim = {k: sum(r.timing_ms[k] for r in records) for k in TIMERS}
     in_vocab = [v for r in steps if r.kind == "step" for v in r.emitted_in_vocab]
     row = {"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method,
            "new_tokens": sum(len(r.emitted) for r in records), "wall_s": wall, "steps": len(steps),
@@ -153,7 +153,7 @@ def summarize_rows(rows: list) -> list:
     out = []
     for (cat, method), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0][0], METHODS.index(kv[0][1]))):
         steps = max(sum(r["steps"] for r in g), 1)
-        t = {k: sum(r["timing_ms"][k] for r in g) for k in ("draft_backbone", "lm_head", "gather", "verify")}
+        t = {k: sum(r["timing_ms"][k] for r in g) for k in TIMERS}
         ident = [r["identical"] for r in g if r["identical"] is not None]
         ar = tps.get((cat, "ar"))
         out.append({"category": cat, "method": method, "n_prompts": len(g),
@@ -200,9 +200,9 @@ def run_bench(args) -> list:
         settings["dtype"] = args.dtype
     done = open_out(out, settings)
     set_threads(args)
-    pipe = load_pipeline(args)
+    pipe = pipeline_from(args)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
-        list(pipe.run(prompts[0].text, cfgs[m].__class__(**{**cfgs[m].to_dict(), "max_new_tokens": 4})))
+        list(pipe.run(prompts[0].text, replace(cfgs[m], max_new_tokens=4)))
     steps_path = out / "steps.csv"
     step_rows = _read_steps(steps_path)
     with (out / "runs.jsonl").open("a") as runs:
@@ -239,12 +239,8 @@ def _read_steps(path: Path) -> list:
 
 
 def main(argv=None) -> int:
+    """The bench table (core/paper.py's main routes `--figures` to the paper experiments first)."""
     args = parse(argv)
-    if args.figures:
-        from core.paper import run_paper
-        paths = run_paper(args)
-        print("\n".join(f"wrote {p}" for p in paths.values()), file=sys.stderr)
-        return 0
     summary = run_bench(args)
     print_table(summary)
     print(f"\nwrote {args.out}/summary.csv, steps.csv, runs.jsonl", file=sys.stderr)

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS
 from core.errors import SpecError
@@ -12,11 +13,11 @@ from core.errors import SpecError
 DTYPES = ("auto", "fp32", "bf16")
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
-    "bench": "core.bench",
+    "bench": "core.paper",  # --figures DIR: the paper experiments, else core.bench's table
     "freq": "core.freq",
     "train-eagle": "core.train_eagle",
     "train-slim": "core.train_slim",
-    "bench-runtime": "core.runtime",
+    "bench-runtime": "core.runtime_bench",
 }
 
 
@@ -48,7 +49,8 @@ def config_from(args, method: str) -> SpecConfig:
     return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
 
 
-def load_pipeline(args):
+def pipeline_from(args):
+    """The Pipeline the engine options in `args` name (model, draft, runtime, dtype)."""
     from core.models import DEFAULT_MODEL
     from core.pipeline import Pipeline
     return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime,
@@ -80,13 +82,13 @@ def main(argv=None) -> int:
     cfg = config_from(args, args.method)
     if not args.prompt.strip():
         raise SpecError("the prompt is empty")
-    pipe = load_pipeline(args)
+    pipe = pipeline_from(args)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
                dtype=str(pipe.model.dtype).removeprefix("torch."))
     if args.compare_ar:
-        ar, ar_wall = run_once(pipe, args.prompt, SpecConfig(**{**cfg.to_dict(), "method": "ar"}), not args.no_chat)
+        ar, ar_wall = run_once(pipe, args.prompt, replace(cfg, method="ar"), not args.no_chat)
         cmp = compare_to_ar(records, ar)
         out.update(identical_to_ar=cmp["identical"], ar_tokens_per_s=summarize(ar, ar_wall)["tokens_per_s"],
                    first_diff=cmp["first_diff"], near_tie=cmp["tie"], verdict=cmp["verdict"])

@@ -11,7 +11,7 @@ RUNTIMES = ("auto", "eager", "fast")
 SOURCES = ("prompt", "prefill", "draft", "verify")
 SLIM_INITS = ("trained", "svd")
 
-# server-side bounds (issue 7): generous for the CLI, the UI clamps further
+# server-side bounds: generous for the CLI, the UI clamps further
 MAX_NEW_TOKENS = 4096
 MAX_TREE = 128
 MAX_W_MAX = 262144

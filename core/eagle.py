@@ -28,7 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from core.atomic import write_atomic
 from core.draft import DraftState
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding, LlamaRMSNorm, rotate_half
+from transformers.models.llama.modeling_llama import (LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
+                                                      apply_rotary_pos_emb)
 
 
 @dataclass
@@ -40,11 +41,6 @@ class EagleConfig:
     depth_trained: int = 1
 
 
-def rope(x, cos, sin):
-    # x [B, H, T, hd], cos/sin [B, T, hd]
-    return x * cos.unsqueeze(1) + rotate_half(x) * sin.unsqueeze(1)
-
-
 def repeat_kv(x, n):
     return x if n == 1 else x.repeat_interleave(n, dim=1)
 
@@ -54,7 +50,7 @@ def float_mask(visible):
     return torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
 
 
-def attend(attn, x, rotary, hd, mask=None, past=None):
+def self_attention(attn, x, rotary, hd, mask=None, past=None):
     """Self-attention of a decoder layer over past + new entries: x [B,T,*] (already normed),
     rotary = (cos, sin); mask additive [B|1,1,T,S+T] (None: causal among new, all past visible).
     Returns (o_proj output [B,T,d], (k, v) of the new entries)."""
@@ -62,7 +58,7 @@ def attend(attn, x, rotary, hd, mask=None, past=None):
     q = attn.q_proj(x).view(B, T, -1, hd).transpose(1, 2)
     k = attn.k_proj(x).view(B, T, -1, hd).transpose(1, 2)
     v = attn.v_proj(x).view(B, T, -1, hd).transpose(1, 2)
-    q, k = rope(q, *rotary), rope(k, *rotary)
+    q, k = apply_rotary_pos_emb(q, k, *rotary)  # x [B, H, T, hd], cos/sin [B, T, hd]
     kk, vv = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
     if mask is None:
         S = kk.shape[2] - T
@@ -114,7 +110,7 @@ class EagleHead(nn.Module):
         Returns (layer output [B,T,d], (k, v) of the new entries)."""
         attn = self.layers[0].self_attn
         x = self.fc(torch.cat([feat, self.embed(ids).to(feat.dtype)], -1))
-        a, kv = attend(attn, self.layers[0].input_layernorm(x), self.rotary(x, pos), attn.head_dim, mask, past)
+        a, kv = self_attention(attn, self.layers[0].input_layernorm(x), self.rotary(x, pos), attn.head_dim, mask, past)
         x = x + a
         layer = self.layers[0]
         x = x + layer.mlp(layer.post_attention_layernorm(x))
@@ -224,7 +220,7 @@ class Eagle3Head(nn.Module):
         g = self.fc(feat) if feat.shape[-1] == 3 * self.d else feat
         e = self._target[0](ids).to(g.dtype)
         x = torch.cat([m.input_layernorm(e), m.hidden_norm(g)], -1)
-        a, kv = attend(m.self_attn, x, self.rotary(g, pos), self.hd, mask, past)
+        a, kv = self_attention(m.self_attn, x, self.rotary(g, pos), self.hd, mask, past)
         h = g + a
         h = h + m.mlp(m.post_attention_layernorm(h))
         return h, kv

@@ -14,11 +14,13 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from core import bench
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
+from core.trace import TIMERS
 
 DEFAULT_LIMIT = 1  # prompts per category when --limit is not given (the grid must fit ~30 min on a CPU)
 FR_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -95,7 +97,7 @@ def sweep_variants(base: SpecConfig) -> dict:
 
 
 def _with(cfg, **over) -> SpecConfig:
-    return SpecConfig(**{**cfg.to_dict(), **over}).validate()
+    return replace(cfg, **over).validate()
 
 
 def plan(args, prompts) -> list:
@@ -144,7 +146,7 @@ def warm_up(pipe, todo) -> None:
 def _agg(rows) -> dict:
     """Totals of a group of runs: τ = step tokens / steps; tokens/s = new tokens / wall."""
     steps = max(sum(r["steps"] for r in rows), 1)
-    t = {k: sum(r["timing_ms"][k] for r in rows) for k in ("draft_backbone", "lm_head", "gather", "verify", "other")}
+    t = {k: sum(r["timing_ms"][k] for r in rows) for k in TIMERS}
     active = [a for r in rows for a in r["trace"]["active"]]
     return {"steps": steps, "tau": sum(r["step_tokens"] for r in rows) / steps,
             "tps": sum(r["new_tokens"] for r in rows) / max(sum(r["wall_s"] for r in rows), 1e-9),
@@ -437,17 +439,18 @@ class TqdmProgress:
         self.bar.refresh()
 
 
-def run_paper(args_or_settings, progress=None) -> dict:
+def run_paper(args_or_settings, progress=None, pipe=None) -> dict:
     """Run (or resume) the grid, write every figure, table and report.md; returns {file name: path}.
     args_or_settings: bench's parsed arguments or a dict (figures=DIR, prompts, limit, max_new_tokens,
-    categories, model, draft, runtime, sweep_prompts, threads, seed, ...)."""
+    categories, model, draft, runtime, sweep_prompts, threads, seed, ...); pipe: a Pipeline to run on instead
+    of the one the settings' model, draft and runtime load."""
     args = settings_from(args_or_settings)
     args.limit = DEFAULT_LIMIT if args.limit is None else args.limit
     bench.set_threads(args)
     out = Path(args.figures)
     prompts = bench.select_prompts(args)
     jobs = plan(args, prompts)
-    pipe = bench.load_pipeline(args)
+    pipe = pipe or bench.pipeline_from(args)
     base = bench.config_from(args, "nanospec")
     done = bench.open_out(out, {"model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
                                 "base": base.to_dict()})
@@ -631,3 +634,13 @@ def p_nu_rho(rows, kappa) -> str:
     return (head + f"κ = {kappa:.3g}: the LM head is {kappa / (1 + kappa):.1%} of a Full step, so the model predicts at most "
             f"{1 + kappa:.3g}× from the head alone. Predicted vs measured speedup over Full: {'; '.join(err)}. "
             "Differences are costs the model leaves out (stream upkeep in `gather`, tree-size changes) and timing noise.")
+
+
+def main(argv=None) -> int:
+    """python -m core bench: the paper experiments with --figures DIR, else the bench table (core/bench.py)."""
+    args = bench.parse(argv)
+    if not args.figures:
+        return bench.main(argv)
+    paths = run_paper(args)
+    print("\n".join(f"wrote {p}" for p in paths.values()), file=sys.stderr)
+    return 0

@@ -14,26 +14,11 @@ from core.engine import generate
 from core.errors import SpecError
 from core.heads import build_head, svd_factors
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
+from core.runtime import make_runner
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _LOADED = {}
 _LOAD_LOCK = threading.Lock()
-
-
-def make_runner(model, tokenizer, runtime="auto"):
-    """The fast runtime where it covers the model (core/runtime.py), else the eager reference."""
-    from core.runner import EagerRunner
-    if runtime == "eager":
-        return EagerRunner(model, tokenizer)
-    try:
-        from core.runtime import make_runner as make_fast
-    except ImportError as e:
-        if runtime == "fast":
-            raise SpecError(f"the fast runtime is unavailable: {e}")
-        r = EagerRunner(model, tokenizer)
-        r.fallback_reason = "fast runtime not installed"
-        return r
-    return make_fast(model, tokenizer, runtime)
 
 
 def inference_dtype(device=None, runtime="auto") -> torch.dtype:
@@ -66,50 +51,61 @@ def head_dir(model_id) -> Path:
     return ASSETS / "heads" / (model_alias(model_id) or model_id.replace("/", "--"))
 
 
+def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto") -> tuple:
+    """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
+    "eagle", or a draft model id sharing the target's tokenizer."""
+    if draft == "auto":
+        draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
+    if draft == "self":
+        return ModelDrafter(make_runner(model, tokenizer, runtime), "self"), "self"
+    if draft == "eagle":
+        from core.eagle import load_eagle_drafter
+        # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
+        return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
+    draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
+    check_same_tokenizer(tokenizer, draft_tok)
+    return ModelDrafter(make_runner(draft_model, draft_tok, runtime), draft), draft
+
+
+def load_fr_ranks(model_id, vocab_size):
+    """The FR-Spec frequency ranks shipped for this model (assets/freq/), else None."""
+    from core.freq import load_ranks
+    try:
+        return load_ranks(model_alias(model_id) or model_id, vocab_size)
+    except (SpecError, FileNotFoundError):
+        return None
+
+
 class Pipeline:
-    def __init__(self, model_id, draft, runtime, device=None, dtype=None):
-        self.model_id = model_id
-        self.model, self.tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
-        self.target = make_runner(self.model, self.tokenizer, runtime)
-        if dtype is None and self.model.dtype == torch.bfloat16 and getattr(self.target, "exact_reason", ""):
-            # auto picks bf16 only where its verify rows are exact; elsewhere fp32, whose ties are 1000x rarer
-            self.model, self.tokenizer = load_model(model_id, device=device, dtype=torch.float32)
-            self.target = make_runner(self.model, self.tokenizer, runtime)
-        self.runtime_name = getattr(self.target, "runtime_name", "eager")
-        self.runtime_note = runtime_note(self.target)
-        self.vocab_size = self.target.vocab_size
-        self.drafter, self.draft_name = self._make_drafter(draft, runtime)
-        self.fr_rank = self._load_ranks()
+    """A target Runner, a Drafter and the model's tables; `Pipeline.load` builds one from a model id."""
+
+    def __init__(self, model_id, model, tokenizer, target, drafter, draft_name, fr_rank=None):
+        self.model_id, self.model, self.tokenizer = model_id, model, tokenizer
+        self.target = target
+        self.runtime_name = target.runtime_name
+        self.runtime_note = runtime_note(target)
+        self.vocab_size = target.vocab_size
+        self.drafter, self.draft_name = drafter, draft_name
+        self.fr_rank = fr_rank
         self._slim = {}
         self.lock = threading.Lock()
 
     @classmethod
     def load(cls, model_id=DEFAULT_MODEL, draft="auto", runtime="auto", device=None, dtype=None) -> "Pipeline":
+        """The factory: load the model, pick the runtime and the drafter; one Pipeline per settings per process."""
         key = (model_id, draft, runtime, str(device), str(dtype))
         with _LOAD_LOCK:
             if key not in _LOADED:
-                _LOADED[key] = cls(model_id, draft, runtime, device, dtype)
+                model, tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
+                target = make_runner(model, tokenizer, runtime)
+                if dtype is None and model.dtype == torch.bfloat16 and getattr(target, "exact_reason", ""):
+                    # auto keeps bf16 only where its verify rows are exact; elsewhere fp32, whose ties are rarer
+                    model, tokenizer = load_model(model_id, device=device, dtype=torch.float32)
+                    target = make_runner(model, tokenizer, runtime)
+                drafter, draft_name = make_drafter(model_id, model, tokenizer, target, draft, runtime)
+                _LOADED[key] = cls(model_id, model, tokenizer, target, drafter, draft_name,
+                                   load_fr_ranks(model_id, target.vocab_size))
             return _LOADED[key]
-
-    def _make_drafter(self, draft, runtime):
-        if draft == "auto":
-            draft = "eagle" if (head_dir(self.model_id) / "eagle.safetensors").exists() else "self"
-        if draft == "self":
-            return ModelDrafter(make_runner(self.model, self.tokenizer, runtime), "self"), "self"
-        if draft == "eagle":
-            from core.eagle import load_eagle_drafter
-            # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
-            return load_eagle_drafter(self.target, head_dir(self.model_id), "auto" if runtime == "fast" else runtime), "eagle"
-        model, tok = load_model(draft, device=self.target.device, dtype=self.target.head_weight.dtype)
-        check_same_tokenizer(self.tokenizer, tok)
-        return ModelDrafter(make_runner(model, tok, runtime), draft), draft
-
-    def _load_ranks(self):
-        from core.freq import load_ranks
-        try:
-            return load_ranks(model_alias(self.model_id) or self.model_id, self.vocab_size)
-        except (SpecError, FileNotFoundError):
-            return None
 
     def slim_factors(self, rank: int, init: str = "trained"):
         """init "trained": the SlimSpec factors shipped with the head when they match, else truncated SVD;

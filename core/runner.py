@@ -7,14 +7,18 @@ accepted ones in place and drops the rest.
 import torch
 from transformers import DynamicCache
 
-from core.runtime import window_of
 
-NEG_INF = float("-inf")
+def window_of(cfg, i: int) -> int:
+    """Sliding-window size of layer i (0 = full attention)."""
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return (getattr(cfg, "sliding_window", None) or 0) if types[i] == "sliding_attention" else 0
+    return getattr(cfg, "sliding_window", None) or 0  # mistral: every layer
 
 
 def layer_windows(config) -> dict:
     """{layer type: sliding window (0 = full attention)} where the config types its layers (gemma3), {None: window}
-    for one window on every layer (mistral), {} when no layer slides. The rule per layer is runtime.window_of."""
+    for one window on every layer (mistral), {} when no layer slides. The rule per layer is window_of."""
     types = getattr(config, "layer_types", None) or [None] * config.num_hidden_layers
     out = {t: window_of(config, i) for i, t in enumerate(types)}
     return out if any(out.values()) else {}

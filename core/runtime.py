@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from core.runner import EagerRunner, window_of
+
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # static tables; dynamic/longrope depend on length
 PACK_ROWS = 32  # packed products are called with at most this many rows (longer inputs are split)
@@ -134,14 +136,6 @@ def arch_of(model) -> Arch:
 def act_index(cfg) -> int:
     from core.kernels.cpu_layer import ACTS
     return ACTS.get(getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", None), -1)
-
-
-def window_of(cfg, i: int) -> int:
-    """Sliding-window size of layer i (0 = full attention)."""
-    types = getattr(cfg, "layer_types", None)
-    if types:
-        return (getattr(cfg, "sliding_window", None) or 0) if types[i] == "sliding_attention" else 0
-    return getattr(cfg, "sliding_window", None) or 0  # mistral: every layer
 
 
 def fuse_t(*linears):
@@ -536,7 +530,6 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | 
     """'eager' | 'fast' | 'auto' (fast where it covers the architecture and agrees with transformers,
     else eager with `fallback_reason` saying why)."""
     from core.errors import SpecError
-    from core.runner import EagerRunner
 
     if runtime not in ("auto", "eager", "fast"):
         raise SpecError(f"unknown runtime {runtime!r}: use auto, eager or fast")
@@ -562,12 +555,3 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | 
     runner = EagerRunner(model, tokenizer)
     runner.fallback_reason = reason
     return runner
-
-
-def main(argv=None):
-    from core.runtime_bench import main as bench_main
-    return bench_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

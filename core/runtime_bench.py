@@ -174,7 +174,7 @@ def bench_decode(models: dict, tok, runners: dict, a: BenchArgs) -> tuple:
     for _ in range(2):
         for i, p in enumerate(prompts):
             for k, fn in ways.items():
-                ms, out = clock(lambda: fn(p))
+                ms, out = clock(lambda fn=fn, p=p: fn(p))
                 best[k][i], outs[k][i] = min(best[k][i], ms), out
     toks = {k: sum(len(o) for o in v) for k, v in outs.items()}
     rate = {k: toks[k] / (sum(best[k]) / 1e3) for k in ways}
@@ -200,7 +200,7 @@ def build(a: BenchArgs) -> tuple:
         if name == "fp32":
             runners["eager"] = EagerRunner(model, tok)
         own = copy.deepcopy(model) if name == "fp32" else model
-        build_s[name], runners["fast" if name == "fp32" else f"fast-{name}"] = clock(lambda: FastRunner(own, tok))
+        build_s[name], runners["fast" if name == "fp32" else f"fast-{name}"] = clock(lambda own=own, tok=tok: FastRunner(own, tok))
         if name == "fp32":
             runners["fast-blocked"] = FastRunner(model, tok, FastConfig(layout="blocked"))
     return models, tok, runners, build_s

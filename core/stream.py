@@ -11,9 +11,6 @@ import torch
 
 from core import kernels
 
-SOURCE_IDS = {"prompt": 0, "prefill": 1, "draft": 2, "verify": 3}
-
-
 @dataclass
 class StreamEvent:
     entered: list = field(default_factory=list)  # [(id, source)]

@@ -21,9 +21,9 @@ from dataclasses import dataclass, asdict
 import torch
 import torch.nn.functional as F
 
+from core.atomic import write_atomic
 from core.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
 
-LOCAL_SMOLLM2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "smollm2")
 
 
 @dataclass
@@ -71,13 +71,8 @@ def log(out, msg):
 # ---------------------------------------------------------------- target + prompts
 
 def load_target(target_id):
-    try:
-        from core.models import load_model
-        return load_model(target_id)
-    except Exception:  # core.models not there yet (or its cache not built): our local conversion
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        model = AutoModelForCausalLM.from_pretrained(LOCAL_SMOLLM2, dtype=torch.float32).eval()
-        return model, AutoTokenizer.from_pretrained(LOCAL_SMOLLM2)
+    from core.models import load_model
+    return load_model(target_id)
 
 
 def read_pairs(files):
@@ -204,13 +199,17 @@ def build_cache(model, tok, cfg, pairs):
                 rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook)
             else:
                 rows += teacher_force_batch(model, tok, part, cfg, hook)
-        torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, path + ".tmp")
-        os.replace(path + ".tmp", path)
+        save_rows(path, rows)
         ntok = sum(len(r[0]) for r in rows)
         have += ntok
         made += ntok
         log(cfg.out, f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
     hook.h.remove()
+
+
+def save_rows(path, rows) -> None:
+    """A cache shard or the held-out set, written atomically: {"ids": [...], "feats": [...]}."""
+    write_atomic(path, lambda tmp: torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, tmp))
 
 
 def build_heldout(model, tok, cfg, pairs):
@@ -223,8 +222,7 @@ def build_heldout(model, tok, cfg, pairs):
     for j in range(0, cfg.holdout, cfg.gen_batch):
         rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + cfg.gen_batch, cfg.holdout)]], cfg, hook)
     hook.h.remove()
-    torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    save_rows(path, rows)
     log(cfg.out, f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
 
 
@@ -353,9 +351,9 @@ def lr_at(step, cfg, frac=0.0):
 
 
 def save_ckpt(path, head, opt, step, rng, extra):
-    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step,
-                "rng": rng.getstate(), "torch_rng": torch.get_rng_state(), **extra}, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    ck = {"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng.getstate(),
+          "torch_rng": torch.get_rng_state(), **extra}
+    write_atomic(path, lambda tmp: torch.save(ck, tmp))
 
 
 def new_head(model, cfg):

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def peaky_tiny(seed=0, vocab=300, scale=8.0):
     """A tiny random llama whose next-token distributions are peaked (random init is near-uniform,
     which would make every greedy step a near-tie)."""
-    from core.models import tiny_model
+    from tiny import tiny_model
     m = tiny_model(seed=seed, vocab=vocab)
     with torch.no_grad():
         m.lm_head.weight.mul_(scale)
@@ -26,6 +26,14 @@ def peaky_tiny(seed=0, vocab=300, scale=8.0):
 @pytest.fixture(scope="session")
 def tiny_target():
     return peaky_tiny(0)
+
+
+def pytest_collection_modifyitems(items):
+    """A test that takes the default_pipeline fixture (directly or through another fixture) loads the real
+    model: it is marked `model`, so `-m "not model"` leaves it out."""
+    for item in items:
+        if "default_pipeline" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
 
 
 @pytest.fixture(scope="session")

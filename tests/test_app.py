@@ -1,5 +1,4 @@
 """app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
-import importlib.util
 import os
 from pathlib import Path
 
@@ -8,8 +7,6 @@ import pytest
 import app
 from conftest import served_app
 
-HAS_PIPELINE = importlib.util.find_spec("core.pipeline") is not None
-needs_pipeline = pytest.mark.skipif(not HAS_PIPELINE, reason="core/pipeline.py is not in this checkout yet")
 SUMMARY_KEYS = {"text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
                 "timing_ms", "tokens_per_s", "cut"}
 
@@ -21,7 +18,7 @@ def served():
         yield Client(url, verbose=False)
 
 
-@needs_pipeline
+@pytest.mark.model
 def test_generate_endpoint_returns_summary(served):
     out = served.predict("What is 2 + 3?", "nanospec", 12, api_name="/generate")
     assert SUMMARY_KEYS <= set(out), SUMMARY_KEYS - set(out)
@@ -29,7 +26,7 @@ def test_generate_endpoint_returns_summary(served):
     assert out["method"] == "nanospec" and out["tokens_per_s"] > 0
 
 
-@needs_pipeline
+@pytest.mark.model
 def test_generate_bad_input_is_a_message_and_app_keeps_serving(served):
     from gradio_client.exceptions import AppError
     with pytest.raises(AppError, match="prompt is empty"):
@@ -80,6 +77,26 @@ def test_initial_trace_is_browsable():
     assert t["records"] and t["meta"]["summary"]
     vals = app.replay(t, 1)
     assert len(vals) == 7 and "tok" in vals[0]
+
+
+def as_trace(*steps):
+    return {"records": [{"emitted": list(e)} for e in steps]}
+
+
+def test_is_lossless_when_the_run_emits_the_ar_tokens_however_they_are_split_into_steps():
+    assert app.is_lossless(as_trace([5], [6, 7, 8], [9]), as_trace([5], [6], [7], [8], [9]))
+
+
+def test_is_lossless_compares_only_the_tokens_both_runs_reached():
+    assert app.is_lossless(as_trace([5], [6, 7]), as_trace([5], [6], [7], [8]))  # a run cut at a stop
+
+
+def test_is_not_lossless_when_a_token_differs():
+    assert not app.is_lossless(as_trace([5], [6, 4]), as_trace([5], [6], [7]))
+
+
+def test_is_not_lossless_when_a_run_emitted_nothing():
+    assert not app.is_lossless(as_trace(), as_trace([5]))
 
 
 class FakePipe:

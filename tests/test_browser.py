@@ -19,11 +19,11 @@ ART = Path(__file__).resolve().parent.parent / "test-artifacts"
 RUN_TOKENS = int(os.environ.get("SPECLENS_BROWSER_TOKENS", "16"))  # short: CPU CI
 
 pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.model,
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} missing: apt-get install -y chromium"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="pip package playwright missing"),
 ]
-needs_pipeline = pytest.mark.skipif(importlib.util.find_spec("core.pipeline") is None,
-                                    reason="core/pipeline.py is not in this checkout yet")
 
 # Seconds from the Run click until the first streamed step shows up (the note flips to "Generating… step").
 FIRST_STEP_JS = """() => {
@@ -93,12 +93,11 @@ def test_replay_buttons_scrub_the_panels(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_run_default_prompt_streams_every_panel(browser, url):
     import app
     app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
     page = open_page(browser, url)
-    box = set_max_tokens(page, str(RUN_TOKENS))
+    set_max_tokens(page, str(RUN_TOKENS))
     page.evaluate(NOTE_LOG_JS)
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
@@ -134,10 +133,9 @@ def test_phone_layout(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     page = open_page(browser, url)
-    box = set_max_tokens(page, str(RUN_TOKENS))
+    set_max_tokens(page, str(RUN_TOKENS))
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-methods").get_by_label("frspec").uncheck()
     page.locator("#compare-btn").click()
@@ -159,7 +157,6 @@ def test_empty_prompt_shows_a_message_not_a_traceback(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_stop_cancels_and_the_next_run_works(browser, url):
     page = open_page(browser, url)
     box = set_max_tokens(page, "128")

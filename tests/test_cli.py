@@ -18,7 +18,7 @@ def cli(*args):
     (["generate", "--prompt", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
     (["generate", "--prompt", "hi", "--model", "no-such-model-xyz"], "no-such-model-xyz"),
     (["generate", "--prompt", "   "], "prompt is empty"),
-    (["generate", "--prompt", "hi", "--rank", "100000"], "rank"),
+    pytest.param(["generate", "--prompt", "hi", "--rank", "100000"], "rank", marks=pytest.mark.model),  # checked against the model
     (["bench", "--methods", "full,bogus", "--out", "/tmp/speclens-bench-bad"], "bogus"),
 ])
 def test_bad_input_gives_a_one_line_error(args, needle):
@@ -34,6 +34,7 @@ def test_unknown_subcommand_prints_usage():
     assert r.returncode == 2 and "usage" in r.stderr
 
 
+@pytest.mark.model
 def test_generate_json_has_the_documented_keys():
     import json
     r = cli("generate", "--prompt", "Name a colour.", "--method", "nanospec", "--max-new-tokens", "8",

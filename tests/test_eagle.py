@@ -4,18 +4,12 @@ import pytest
 import torch
 
 from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
-from core.models import tiny_model
 from core.train_eagle import TrainConfig, draft_losses, response_start, sample_batch, spec_generate, target_weights, token_subset
 from core.runner import EagerRunner
+from tiny import tiny_model
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread (15x faster than two on a shared, loaded machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
 
 
 def tiny(seed=0):

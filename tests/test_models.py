@@ -8,8 +8,8 @@ import torch
 
 from core import models
 from core.errors import SpecError
-from core.models import (DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias,
-                         tiny_model, tiny_tokenizer)
+from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
+from tiny import tiny_model, tiny_tokenizer
 
 
 def save_tiny_checkpoint(path, seed=0):
@@ -166,12 +166,14 @@ def test_chat_prompt_ids_applies_the_template_with_a_generation_prompt():
     assert chat_prompt_ids(tiny_tokenizer(chat_template=template), "w7 w8") == [1, 7, 8, 2, 1]
 
 
+@pytest.mark.model
 def test_smollm2_has_a_chat_template_and_im_end_as_eos(smollm2):
     _, tokenizer = smollm2
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
     assert tokenizer.decode(chat_prompt_ids(tokenizer, "Hi")).endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.model
 def test_smollm2_answers_a_chat_prompt_greedily(smollm2):
     model, tokenizer = smollm2
     ids = torch.tensor([chat_prompt_ids(tokenizer, "What is the capital of France? Answer in one sentence.")])

@@ -2,7 +2,6 @@
 report; each figure function draws the expected traces; the SlimSpec ν-ρ-κ model matches hand values."""
 import csv
 import json
-import threading
 
 import pytest
 import torch
@@ -10,7 +9,9 @@ import torch
 from conftest import peaky_tiny
 from core import bench, paper
 from core.draft import ModelDrafter
-from core.pipeline import _LOADED, Pipeline, make_runner
+from core.pipeline import Pipeline
+from core.runtime import make_runner
+from tiny import tiny_tokenizer
 from viz import paper as vp
 
 OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensitivity", "fig6_vocab_evolution",
@@ -18,23 +19,18 @@ OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensi
 VOCAB = 300
 
 
-def tiny_pipeline() -> Pipeline:
-    """A Pipeline around the tiny random llama (self-draft, eager), registered where Pipeline.load finds it."""
-    from core.models import tiny_tokenizer
-    pipe = Pipeline.__new__(Pipeline)
-    pipe.model_id, pipe.model, pipe.tokenizer = "tiny-paper", peaky_tiny(0, VOCAB), tiny_tokenizer(VOCAB)
-    pipe.target = make_runner(pipe.model, pipe.tokenizer, "eager")
-    pipe.runtime_name, pipe.vocab_size = "eager", pipe.target.vocab_size
-    pipe.drafter, pipe.draft_name = ModelDrafter(make_runner(pipe.model, pipe.tokenizer, "eager"), "self"), "self"
-    pipe.fr_rank = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))
-    pipe._slim, pipe.lock = {}, threading.Lock()
-    _LOADED[("tiny-paper", "self", "eager", "None", "None")] = pipe
-    return pipe
+@pytest.fixture(scope="module")
+def pipe() -> Pipeline:
+    """A Pipeline around the tiny random llama: self-draft, eager, random FR-Spec ranks."""
+    model, tokenizer = peaky_tiny(0, VOCAB), tiny_tokenizer(VOCAB)
+    target = make_runner(model, tokenizer, "eager")
+    drafter = ModelDrafter(make_runner(model, tokenizer, "eager"), "self")
+    ranks = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))
+    return Pipeline("tiny-paper", model, tokenizer, target, drafter, "self", ranks)
 
 
 @pytest.fixture(scope="module")
-def figures(tmp_path_factory, single_thread):
-    tiny_pipeline()
+def figures(tmp_path_factory, single_thread, pipe):
     out = tmp_path_factory.mktemp("paper")
     prompts = out / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps(r) for r in (
@@ -44,7 +40,7 @@ def figures(tmp_path_factory, single_thread):
     settings = {"figures": str(out / "figs"), "prompts": [str(prompts)], "limit": 1, "max_new_tokens": 8,
                 "model": "tiny-paper", "draft": "self", "runtime": "eager", "sweep_prompts": 1, "png": False}
     calls = []
-    paths = paper.run_paper(settings, progress=lambda f, desc=None: calls.append(f))
+    paths = paper.run_paper(settings, progress=lambda f, desc=None: calls.append(f), pipe=pipe)
     return out / "figs", paths, calls, settings
 
 
@@ -94,12 +90,13 @@ def test_source_ablations_are_all_measured(figures):
         assert rows[name]["status"] == "measured"
 
 
-def test_the_cli_reruns_the_same_grid_without_running_anything(figures):
+def test_the_cli_reruns_the_same_grid_without_running_anything(figures, pipe, monkeypatch):
+    monkeypatch.setattr(bench, "pipeline_from", lambda args: pipe)
     out, _, _, s = figures
     before = (out / "runs.jsonl").read_text()
     argv = ["--figures", s["figures"], "--prompts", *s["prompts"], "--limit", "1", "--max-new-tokens", "8", "--model",
             "tiny-paper", "--draft", "self", "--runtime", "eager", "--sweep-prompts", "1", "--no-png"]
-    assert bench.main(argv) == 0
+    assert paper.main(argv) == 0
     assert (out / "runs.jsonl").read_text() == before
 
 

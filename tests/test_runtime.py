@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from core.errors import SpecError
-from core.models import DEFAULT_MODEL, converted_dir, tiny_model
+from core.models import DEFAULT_MODEL, converted_dir
+from tiny import tiny_model
 from core.runtime import FastConfig, FastRunner, make_runner, packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -194,6 +195,7 @@ def test_make_runner_choices():
         make_runner(model, None, "turbo")
 
 
+@pytest.mark.model
 @pytest.mark.skipif(not (converted_dir(DEFAULT_MODEL) / "config.json").is_file(),
                     reason="default model not converted on this machine")
 def test_default_model_short():

@@ -65,6 +65,7 @@ def chi2_pvalue(counts, probs, n):
     return float(torch.special.gammaincc(torch.tensor(dof / 2), torch.tensor(stat / 2)))
 
 
+@pytest.mark.slow  # N = 1500 sampled generations per case
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 @pytest.mark.parametrize("method", ["ar", "full", "frspec", "nanospec", "slimspec", "nanoslim"])
 def test_sampling_keeps_the_target_distribution(method, shape):

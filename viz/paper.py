@@ -5,8 +5,7 @@ No torch, no model code: every function takes the rows of one CSV and returns a 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-METHOD_COLORS = {"ar": "#6b7280", "full": "#111827", "frspec": "#a142f4", "nanospec": "#0f9d58",
-                 "slimspec": "#1a73e8", "nanoslim": "#f9ab00"}
+from viz.plots import METHOD_COLORS
 PALETTE = ("#0f9d58", "#1a73e8", "#a142f4", "#f9ab00", "#d93025", "#12b5cb", "#6b7280", "#111827")
 
 

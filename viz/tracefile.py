@@ -1,7 +1,8 @@
 """Trace JSON files: {"meta": {...}, "records": [StepRecord dicts]}; the shipped example lives in assets/."""
 import json
-import os
 from pathlib import Path
+
+from core.atomic import write_atomic  # plain Python: viz still imports no torch
 
 EXAMPLE_PATH = Path(__file__).resolve().parent.parent / "assets" / "example_trace.json"
 
@@ -33,16 +34,8 @@ def add_vocab(trace: dict, ids: list, strings: list) -> None:
 
 
 def save_trace(trace: dict, path) -> Path:
-    """Write atomically (temp name + rename): the app reads this file back at start."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(trace, ensure_ascii=False, separators=(",", ":"), default=_json_default))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    """Write atomically (core/atomic.py): the app reads this file back at start."""
+    return write_atomic(path, json.dumps(trace, ensure_ascii=False, separators=(",", ":"), default=_json_default))
 
 
 def load_trace(path) -> dict:

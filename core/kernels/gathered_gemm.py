@@ -9,9 +9,9 @@ from __future__ import annotations  # kernel signatures say tl.constexpr before 
 
 import torch
 
-from core.kernels import cdiv, interpreting, jit, next_power_of_2, use_triton
+from core.kernels.backend import cdiv, interpreting, jit, next_power_of_2, use_triton
 
-tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
+tl = None  # triton.language, bound by core.kernels.backend.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_K=64, BLOCK_D=128, num_warps=4, num_stages=3),
                dict(BLOCK_K=128, BLOCK_D=64, num_warps=4, num_stages=4),

@@ -14,7 +14,7 @@ BLOCK_K rows of W_up, which costs more than the n*r intermediate it saves.
 """
 import torch
 
-from core.kernels import use_triton
+from core.kernels.backend import use_triton
 from core.kernels.gathered_gemm import gathered_gemm_into
 
 DOWN_CONFIGS = [dict(BLOCK_K=16, BLOCK_D=256, num_warps=4, num_stages=3),

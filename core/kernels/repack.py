@@ -8,9 +8,9 @@ from __future__ import annotations  # kernel signatures say tl.constexpr before 
 
 import torch
 
-from core.kernels import cdiv, jit, use_triton
+from core.kernels.backend import cdiv, jit, use_triton
 
-tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
+tl = None  # triton.language, bound by core.kernels.backend.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK_M=1, BLOCK_D=1024, num_warps=4), dict(BLOCK_M=4, BLOCK_D=512, num_warps=4),
                dict(BLOCK_M=8, BLOCK_D=256, num_warps=4), dict(BLOCK_M=16, BLOCK_D=256, num_warps=8)]

@@ -17,9 +17,9 @@ from __future__ import annotations  # kernel signatures say tl.constexpr before 
 
 import torch
 
-from core.kernels import jit, use_triton
+from core.kernels.backend import jit, use_triton
 
-tl = None  # triton.language, bound by core.kernels.jit on the first Triton call
+tl = None  # triton.language, bound by core.kernels.backend.jit on the first Triton call
 
 GPU_CONFIGS = [dict(BLOCK=256, num_warps=4), dict(BLOCK=1024, num_warps=8)]
 INTERPRETER_CONFIG = dict(BLOCK=64)

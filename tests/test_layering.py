@@ -1,0 +1,32 @@
+"""The module graph, read from the source (every import, lazy ones included): core/ has no import cycle, and
+nothing below the entry points imports an experiment or an entry point."""
+import pytest
+
+from imports import cycles, external_imports, graph, modules_under, project_imports
+
+CORE = modules_under("core") + modules_under("core.kernels")
+# experiments and entry points: `python -m core ...` subcommands and what only they use
+ENTRIES = {"core.__main__", "core.cli", "core.bench", "core.paper", "core.runtime_bench", "core.train_eagle",
+           "core.train_slim", "core.kernels.bench"}
+
+
+def test_core_has_no_import_cycle():
+    assert cycles(graph(CORE)) == []
+
+
+@pytest.mark.parametrize("module", sorted(set(CORE) - ENTRIES))
+def test_the_engine_and_runtime_import_no_experiment_or_entry_point(module):
+    assert project_imports(module) & ENTRIES == set()
+
+
+def test_core_never_imports_gradio():
+    assert [m for m in CORE if "gradio" in external_imports(m)] == []
+
+
+def test_the_import_reader_sees_imports_inside_functions():
+    # core.cli imports core.pipeline only inside pipeline_from
+    assert "core.pipeline" in project_imports("core.cli")
+
+
+def test_the_cycle_finder_reports_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
