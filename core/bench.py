@@ -21,7 +21,7 @@ from core.trace import TIMERS, compare_to_ar, new_tokens_after_prefill
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
-                "identical_to_ar_frac"]
+                "identical_to_ar_frac", "ties"]
 STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted", *TIMERS]
 
 
