@@ -34,13 +34,13 @@ def head_inputs(head, ids, feats, n_tokens, seed):
     """h [N, d]: the EAGLE head's LM-head inputs on random cached sequences (teacher-forced features)."""
     order = list(range(len(ids)))
     random.Random(seed).shuffle(order)
-    hs, n = [], 0
+    hs, n, dev = [], 0, head.fc.weight.device
     for i in order:
-        x, f = ids[i].long(), head.target_in(feats[i].float())
+        x, f = ids[i].long().to(dev), head.target_in(feats[i].float().to(dev))
         L = len(x) - 1
         if L < 1:
             continue
-        out, _ = head(f[None, :L], x[None, 1:], torch.arange(1, L + 1)[None])
+        out, _ = head(f[None, :L], x[None, 1:], torch.arange(1, L + 1, device=dev)[None])
         hs.append(head.head_in(out[0]))
         n += L
         if n >= n_tokens:
