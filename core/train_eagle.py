@@ -606,7 +606,8 @@ def write_card(cfg, card, acc, path=None):
              f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={cfg.amp}",
              f"- loss weight of prompt/chat-template targets: {cfg.prompt_w} (response targets 1); init: "
              f"{cfg.init or 'the target last layer'}",
-             f"- wall clock: {card.get('minutes', 0):.0f} min of training on one CPU thread (shared machine)",
+             f"- wall clock: {card.get('minutes', 0):.0f} min of training on "
+             + ("one CPU thread (shared machine)" if cfg.device == "cpu" else cfg.device),
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
              f"- held-out response agreement (full vocabulary, {cfg.holdout} self-distilled eval-split prompts, "
