@@ -190,13 +190,13 @@ def kernel_argv(ck: Check) -> list:
 
 def step_kernels(ck: Check) -> str:
     import torch
-    from core.kernels import bench, interpreting
+    from core.kernels import bench, interpreting, triton_installed
     args = bench.parse_args(kernel_argv(ck))
     device, dtype = torch.device(args.device), bench.DTYPES[args.dtype]
     copy = ck.facts.get("copy_gbps") or bench.copy_gbps(device, args.reps)
     md = ck.out / "kernels.md"
     md.write_text(f"```\n{bench.header(device, args.dtype, copy, args.moved)}\n{bench.COLUMNS}\n")
-    triton_ok = device.type == "cuda" or interpreting()
+    triton_ok = triton_installed() and (device.type == "cuda" or interpreting())
     times = {}
     for d, V, k, n, name, t, nbytes in bench.measure(args, device, dtype, copy, triton_ok):
         with md.open("a") as f:
@@ -304,7 +304,7 @@ def step_weights(ck: Check) -> str:
     from core.models import DEFAULT_MODEL, cache_root, cached_checkpoint, converted_dir
     t0, had = time.perf_counter(), (converted_dir(DEFAULT_MODEL) / "config.json").is_file()
     path = cached_checkpoint(DEFAULT_MODEL)
-    res = {"model": DEFAULT_MODEL, "cache": str(cache_root()), "checkpoint": str(path), "was_converted": had,
+    res = {"model": DEFAULT_MODEL, "cache": str(cache_root()), "checkpoint": str(path), "already_converted": had,
            "seconds": round(time.perf_counter() - t0, 1)}
     write_json(ck, "weights.json", res)
     return f"{'cached' if had else 'converted'} in {res['seconds']} s"

@@ -50,7 +50,7 @@ def train_config(ck, n_prompts: int, budget: float, init: str):
     if ck.tiny:
         return TrainConfig(**common, max_new=12, gen_batch=8, shard_size=8, steps=8, batch=2, seq_len=48, depth=2,
                            vocab_subset=0, negatives=0, cache_dtype="float32", amp=False)
-    return TrainConfig(**common, max_new=192, gen_batch=256, shard_size=512, steps=100000, batch=32, seq_len=512,
+    return TrainConfig(**common, max_new=192, gen_batch=512, shard_size=1024, steps=100000, batch=32, seq_len=512,
                        depth=3, cache_dtype="bfloat16")
 
 
