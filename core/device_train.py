@@ -12,6 +12,7 @@ import argparse
 import copy
 import gzip
 import json
+import re
 import shutil
 import threading
 import time
@@ -89,9 +90,11 @@ def train_slim(ck, cfg, model, budget: float) -> dict:
     n_tokens, steps, batch = (2000, 20, 64) if ck.tiny else (200000, 4000, 1024)
     h = ts.head_inputs(head, ids, feats, n_tokens, 0)
     r = W.shape[1] // 8
-    t0 = time.time()
-    up, down, before, after = ts.train_factors(W, h, r, steps, batch, 3e-3, 0, log=lambda m: None,
-                                               eval_every=max(steps // 4, 1), log_every=steps)
+    t0, logged = time.time(), []
+    up, down, before, after = ts.train_factors(W, h, r, steps, batch, 3e-3, 0, log=logged.append,
+                                               eval_every=max(steps // 4, 1), log_every=1,
+                                               max_seconds=0.1 * budget)
+    steps = int(re.findall(r"slim step (\d+)/", logged[-1])[0])  # fewer than planned when the time ran out
     name = f"slim_r{r}.safetensors"
     ts.save_factors(str(Path(cfg.out) / name), up, down)
     a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=cfg.out, cache=cfg.out, seed=0)

@@ -146,8 +146,9 @@ class FeatureHook:
 
 
 @torch.no_grad()
-def generate_batch(model, tok, prompts, cfg, hook):
-    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])]."""
+def generate_batch(model, tok, prompts, cfg, hook, max_time=None):
+    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])].
+    max_time: seconds, after which the generations end where they are (transformers' max_time)."""
     seqs = [chat_ids(tok, p)[-cfg.max_prompt:] for p in prompts]
     P = max(len(s) for s in seqs)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -155,7 +156,7 @@ def generate_batch(model, tok, prompts, cfg, hook):
     att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs]).to(model.device)
     hook.take()
     out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=cfg.max_new, do_sample=False,
-                         pad_token_id=pad, eos_token_id=tok.eos_token_id)
+                         pad_token_id=pad, eos_token_id=tok.eos_token_id, max_time=max_time)
     feats = torch.cat(hook.take(), 1)  # [B, P + G - 1, d]
     res = []
     for b, s in enumerate(seqs):
@@ -203,7 +204,8 @@ def build_cache(model, tok, cfg, pairs):
         for j in range(0, len(chunk), cfg.gen_batch):
             part = chunk[j:j + cfg.gen_batch]
             if cfg.self_distill:
-                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook)
+                left = cfg.gen_minutes * 60 - (time.time() - t0) if cfg.gen_minutes else None
+                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook, max(left, 1.0) if left else None)
             else:
                 rows += teacher_force_batch(model, tok, part, cfg, hook)
         torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, path + ".tmp")

@@ -136,8 +136,9 @@ def train_step(W, up, down, opt, hb, lr, ce_w):
 
 
 def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=None, ckpt=None,
-                  ckpt_every=250, eval_every=250, log_every=50, settings=None):
-    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`."""
+                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None):
+    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`.
+    max_seconds: stop earlier once this much training time has passed (the schedule still spans `steps`)."""
     settings = settings or {}
     val, tr = split_val(h)
     warmup = min(100, max(1, steps // 20)) if warmup is None else warmup
@@ -148,7 +149,7 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
     elif st["step"] < steps:
         log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
     t0, kls, after = time.time() - st["elapsed"], [], None
-    while st["step"] < steps:
+    while st["step"] < steps and not (max_seconds and st["elapsed"] > max_seconds):
         rate = lr_at(st["step"], steps, lr, warmup)
         hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
         kls.append(train_step(W, up, down, opt, hb, rate, ce_w))
