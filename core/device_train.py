@@ -90,18 +90,29 @@ def train_slim(ck, cfg, model, budget: float) -> dict:
     n_tokens, steps, batch = (2000, 20, 64) if ck.tiny else (200000, 4000, 1024)
     h = ts.head_inputs(head, ids, feats, n_tokens, 0)
     r = W.shape[1] // 8
-    t0, logged = time.time(), []
+    t0, logged, init = time.time(), [], shipped_factors(ck, r)
     up, down, before, after = ts.train_factors(W, h, r, steps, batch, 3e-3, 0, log=logged.append,
                                                eval_every=max(steps // 4, 1), log_every=1,
-                                               max_seconds=0.1 * budget)
+                                               max_seconds=0.1 * budget, init=init)
     steps = int(re.findall(r"slim step (\d+)/", logged[-1])[0])  # fewer than planned when the time ran out
     name = f"slim_r{r}.safetensors"
     ts.save_factors(str(Path(cfg.out) / name), up, down)
     a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=cfg.out, cache=cfg.out, seed=0)
+    line = ts.card_line(a, name, W, r, len(h), before, after, time.time() - t0)
     with open(Path(cfg.out) / "training_card.md", "a") as f:
-        f.write(ts.card_line(a, name, W, r, len(h), before, after, time.time() - t0) + "\n")
+        f.write((line.replace("SVD init", "init: the shipped factors") if init else line) + "\n")
     return {"rank": r, "inputs": len(h), "held_kl": [before[0], after[0]], "held_top1": [before[1], after[1]],
             "up": up, "down": down}
+
+
+def shipped_factors(ck, r: int):
+    """(W_up, W_down) shipped with the head the new one starts from, else None (SVD init)."""
+    from safetensors.torch import load_file
+    path = shipped_head(ck) and shipped_head(ck) / f"slim_r{r}.safetensors"
+    if not path or not path.is_file():
+        return None
+    sd = load_file(str(path))
+    return sd["W_up"], sd["W_down"]
 
 
 def with_head(pipe, path: Path, slim=None):

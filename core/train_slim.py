@@ -108,9 +108,11 @@ def write_ckpt(path, up, down, opt, gen, state, settings):
     write_atomic(path, lambda tmp: torch.save(ck, tmp))
 
 
-def start(W, r, lr, seed, ckpt, settings):
-    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else SVD init."""
-    up, down = (x.requires_grad_() for x in svd_init(W, r))
+def start(W, r, lr, seed, ckpt, settings, init=None):
+    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else from `init`
+    (W_up, W_down), else SVD init."""
+    first = svd_init(W, r) if init is None else [x.to(W.device, torch.float32).clone() for x in init]
+    up, down = (x.requires_grad_() for x in first)
     opt = torch.optim.Adam([up, down], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     state = {"step": 0, "elapsed": 0.0, "before": None}
@@ -136,13 +138,14 @@ def train_step(W, up, down, opt, hb, lr, ce_w):
 
 
 def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=None, ckpt=None,
-                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None):
+                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None, init=None):
     """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`.
-    max_seconds: stop earlier once this much training time has passed (the schedule still spans `steps`)."""
+    max_seconds: stop earlier once this much training time has passed (the schedule still spans `steps`);
+    init: (W_up, W_down) to start from instead of the SVD (e.g. the factors of the head this one was tuned from)."""
     settings = settings or {}
     val, tr = split_val(h)
     warmup = min(100, max(1, steps // 20)) if warmup is None else warmup
-    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings)
+    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings, init)
     if st["before"] is None:
         st["before"] = held_out(W, up, down, val)
         log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
