@@ -219,14 +219,19 @@ def write_prompts(files, out, n: int) -> int:
     return len(prompts)
 
 
-def plan_text(manifest: dict, tree: int) -> str:
+def plan_text(manifest: dict, tree: int, extras=()) -> str:
+    """One line per call; the last call also carries `extras` (distill prompts, the gguf wheel)."""
     parts = manifest["parts"]
+    extra = sum(os.path.getsize(e) for e in extras)
     total = sum(p["size"] for p in parts)
     raw = sum(f["size"] for f in manifest["files"])
     lines = [f"payload {raw / 2**20:.1f} MiB -> {total / 2**20:.1f} MiB compressed, {len(parts)} part(s); "
              f"working tree {tree / 2**20:.1f} MiB"]
-    lines += [f"  call {i + 1}: carry {p['name']} ({p['size'] / 2**20:.1f} MiB) -> {(p['size'] + tree) / 2**20:.1f} "
-              f"MiB with the tree" for i, p in enumerate(parts)]
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        names = " + ".join([p["name"], "manifest.json"] + ([Path(e).name for e in extras] if last else []))
+        lines.append(f"  call {i + 1}: carry {names} -> {(p['size'] + tree + (extra if last else 0)) / 2**20:.1f} MiB "
+                     f"with the tree")
     return "\n".join(lines)
 
 
@@ -266,7 +271,8 @@ def main(argv=None) -> int:
     manifest = split(payload(args), args.out, part)
     if args.prompts:
         print(f"distill prompts: {write_prompts(args.prompts, args.out, args.n_prompts)}")
-    print(plan_text(manifest, tree_bytes()))
+    extras = sorted(Path(args.out).glob("gguf-*.whl")) + sorted(Path(args.out).glob("distill_prompts.jsonl.gz"))
+    print(plan_text(manifest, tree_bytes(), extras))
     return 0
 
 
