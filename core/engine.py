@@ -148,7 +148,7 @@ def _margins(logits, target) -> dict:
 def _pick(logits_row, cfg, gen) -> int:
     if cfg.temperature == 0:
         return int(logits_row.argmax())
-    return int(torch.multinomial(target_probs(logits_row, cfg.temperature, cfg.top_p), 1, generator=gen))
+    return int(torch.multinomial(target_probs(logits_row, cfg.temperature, cfg.top_p).cpu(), 1, generator=gen))  # gen: CPU
 
 
 def _emit(rec, tokens, draft_p, in_vocab, fr_rank, decode, eos_ids, left):

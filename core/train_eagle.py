@@ -59,6 +59,8 @@ class TrainConfig:
     init: str = ""                # start from a head: a train-eagle ckpt.pt or a dir with eagle.safetensors
     holdout: int = 0              # held-out prompts of the eval split, self-distilled, for the response agreement
     eval_every: int = 100         # steps between held-out response agreement checks
+    device: str = "cpu"           # where the target, the cache generation and the training run (cpu | cuda)
+    gen_minutes: float = 0.0      # wall-clock budget of the data generation (0 = no limit; finished shards stay)
 
 
 def log(out, msg):
@@ -70,9 +72,9 @@ def log(out, msg):
 
 # ---------------------------------------------------------------- target + prompts
 
-def load_target(target_id):
+def load_target(target_id, device="cpu"):
     from core.models import load_model
-    return load_model(target_id)
+    return load_model(target_id, device=device, dtype=torch.float32)
 
 
 def read_pairs(files):
@@ -139,16 +141,17 @@ class FeatureHook:
 
 
 @torch.no_grad()
-def generate_batch(model, tok, prompts, cfg, hook):
-    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])]."""
+def generate_batch(model, tok, prompts, cfg, hook, max_time=None):
+    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])].
+    max_time: seconds, after which the generations end where they are (transformers' max_time)."""
     seqs = [chat_ids(tok, p)[-cfg.max_prompt:] for p in prompts]
     P = max(len(s) for s in seqs)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (P - len(s)) + s for s in seqs])
-    att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs])
+    ids = torch.tensor([[pad] * (P - len(s)) + s for s in seqs]).to(model.device)
+    att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs]).to(model.device)
     hook.take()
     out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=cfg.max_new, do_sample=False,
-                         pad_token_id=pad, eos_token_id=tok.eos_token_id)
+                         pad_token_id=pad, eos_token_id=tok.eos_token_id, max_time=max_time)
     feats = torch.cat(hook.take(), 1)  # [B, P + G - 1, d]
     res = []
     for b, s in enumerate(seqs):
@@ -158,7 +161,7 @@ def generate_batch(model, tok, prompts, cfg, hook):
             g = gen.index(tok.eos_token_id) + 1
         L = min(len(s) + g, feats.shape[1] - (P - len(s)))
         full = (s + gen[:g])[:L]
-        res.append((torch.tensor(full, dtype=torch.int32), feats[b, P - len(s):P - len(s) + L].to(torch.float16)))
+        res.append((torch.tensor(full, dtype=torch.int32), feats[b, P - len(s):P - len(s) + L].to(torch.float16).cpu()))
     return res
 
 
@@ -166,12 +169,12 @@ def generate_batch(model, tok, prompts, cfg, hook):
 def teacher_force_batch(model, tok, pairs, cfg, hook):
     seqs = [chat_ids(tok, p, a)[:cfg.max_prompt + cfg.max_new] for p, a in pairs]
     T = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])
-    att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs])
+    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs]).to(model.device)
+    att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs]).to(model.device)
     hook.take()
     model.model(input_ids=ids, attention_mask=att)
     feats = hook.take()[0]
-    return [(torch.tensor(s, dtype=torch.int32), feats[b, :len(s)].to(torch.float16)) for b, s in enumerate(seqs)]
+    return [(torch.tensor(s, dtype=torch.int32), feats[b, :len(s)].to(torch.float16).cpu()) for b, s in enumerate(seqs)]
 
 
 def build_cache(model, tok, cfg, pairs):
@@ -188,7 +191,7 @@ def build_cache(model, tok, cfg, pairs):
         path = os.path.join(cdir, f"shard_{i:05d}.pt")
         if os.path.exists(path):
             continue
-        if cfg.max_tokens and have >= cfg.max_tokens:
+        if cfg.max_tokens and have >= cfg.max_tokens or cfg.gen_minutes and time.time() - t0 > cfg.gen_minutes * 60:
             break
         chunk = pairs[i * cfg.shard_size:(i + 1) * cfg.shard_size]
         chunk = sorted(chunk, key=lambda pa: len(pa[0]))  # similar lengths share a batch: less padding
@@ -196,7 +199,8 @@ def build_cache(model, tok, cfg, pairs):
         for j in range(0, len(chunk), cfg.gen_batch):
             part = chunk[j:j + cfg.gen_batch]
             if cfg.self_distill:
-                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook)
+                left = cfg.gen_minutes * 60 - (time.time() - t0) if cfg.gen_minutes else None
+                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook, max(left, 1.0) if left else None)
             else:
                 rows += teacher_force_batch(model, tok, part, cfg, hook)
         save_rows(path, rows)
@@ -305,7 +309,7 @@ def shift(x, s, fill=0):
     L = x.shape[1] - 1
     out = x[:, s:s + L]
     if out.shape[1] < L:
-        pad = torch.full((x.shape[0], L - out.shape[1], *x.shape[2:]), fill, dtype=x.dtype)
+        pad = torch.full((x.shape[0], L - out.shape[1], *x.shape[2:]), fill, dtype=x.dtype, device=x.device)
         out = torch.cat([out, pad], 1)
     return out
 
@@ -315,13 +319,13 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     B, T = X.shape
     L = T - 1
     Fe = head.target_in(Fe)
-    pos = torch.arange(1, L + 1).expand(B, L)
+    pos = torch.arange(1, L + 1, device=X.device).expand(B, L)
     feat, keys, vals = Fe[:, :L], [], []
     loss, stats = 0.0, {}
     for s in range(1, cfg.depth + 1):
         ids, tgt = shift(X, s), shift(Fe, s)
         ok = shift(valid, s, 0)
-        mask = None if s == 1 else ttt_mask(L, s)
+        mask = None if s == 1 else ttt_mask(L, s).to(X.device)
         past = None if s == 1 else (torch.cat(keys, 2), torch.cat(vals, 2))
         out, (k, v) = head(feat, ids, pos + (s - 1), mask, past)
         keys.append(k), vals.append(v)
@@ -359,9 +363,9 @@ def save_ckpt(path, head, opt, step, rng, extra):
 def new_head(model, cfg):
     ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth,
                        feature="pre_norm" if cfg.final_norm else "post_norm")
-    head = init_from_target(EagleHead(model.config, ecfg), model).attach(model)
+    head = init_from_target(EagleHead(model.config, ecfg), model).to(model.device).attach(model)
     if cfg.init.endswith(".pt"):
-        head.load_state_dict(torch.load(cfg.init, weights_only=False)["head"])
+        head.load_state_dict(torch.load(cfg.init, weights_only=False, map_location=model.device)["head"])
     elif cfg.init:
         from safetensors.torch import load_file
         sd = load_file(os.path.join(cfg.init, "eagle.safetensors"))
@@ -376,9 +380,9 @@ def heldout_agreement(head, W, held, sigma, cfg):
     ids, feats, starts = held
     tot, n = {}, 0.0
     for x, f, s in zip(ids, feats, starts):
-        w = target_weights(len(x), s, 0.0)[None]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp):
-            _, st = draft_losses(head, W, x.long()[None], f.float()[None], w, sigma, cfg)
+        w = target_weights(len(x), s, 0.0)[None].to(W.device)
+        with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
+            _, st = draft_losses(head, W, x.long()[None].to(W.device), f.float()[None].to(W.device), w, sigma, cfg)
         k = float(w[0, 1:].sum())
         for key in st:
             if key.startswith("a"):
@@ -405,7 +409,7 @@ def train(model, tok, cfg, eval_pairs):
     W = model.get_output_embeddings().weight.detach()
     sub = token_subset(ids, W.shape[0], cfg.vocab_subset - cfg.negatives if cfg.vocab_subset else 0)
     with torch.no_grad():
-        sigma = feature_scale([head.target_in(f.float()) for f in feats[:200]])
+        sigma = feature_scale([head.target_in(f.float().to(W.device)) for f in feats[:200]])
     opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = random.Random(cfg.seed)
     neg_gen = torch.Generator().manual_seed(cfg.seed)
@@ -433,9 +437,9 @@ def train(model, tok, cfg, eval_pairs):
     while step < cfg.steps and frac() < 1.0:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg, frac())
-        X, Fe, valid = sample_batch(ids, feats, cfg, rng, starts)
-        W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen)]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.amp):
+        X, Fe, valid = (t.to(W.device) for t in sample_batch(ids, feats, cfg, rng, starts))
+        W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen).to(W.device)]
+        with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
             loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -468,7 +472,7 @@ def train(model, tok, cfg, eval_pairs):
     if card["held"]:
         log(cfg.out, f"held-out response agreement at the end: {agreement_text(card['held'])}")
     prompts, card["eval_src"] = eval_prompts(cfg, eval_pairs)
-    acc = evaluate(model, tok, head, prompts, cfg)
+    acc = evaluate(model, tok, head, prompts, cfg) if prompts else {}
     write_card(cfg, card, acc)
     log(cfg.out, f"done: {json.dumps(acc)}")
     return 0
@@ -602,7 +606,8 @@ def write_card(cfg, card, acc, path=None):
              f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={cfg.amp}",
              f"- loss weight of prompt/chat-template targets: {cfg.prompt_w} (response targets 1); init: "
              f"{cfg.init or 'the target last layer'}",
-             f"- wall clock: {card.get('minutes', 0):.0f} min of training on one CPU thread (shared machine)",
+             f"- wall clock: {card.get('minutes', 0):.0f} min of training on "
+             + ("one CPU thread (shared machine)" if cfg.device == "cpu" else cfg.device),
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
              f"- held-out response agreement (full vocabulary, {cfg.holdout} self-distilled eval-split prompts, "
@@ -640,13 +645,13 @@ def main(argv=None):
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     os.makedirs(cfg.out, exist_ok=True)
-    model, tok = load_target(cfg.target)
+    model, tok = load_target(cfg.target, cfg.device)
     for p in model.parameters():
         p.requires_grad_(False)
     ev, tr = split_pairs(cfg)
     build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, tr)
     build_heldout(model, tok, cfg, ev)
-    model, tok = load_target(cfg.target)  # the exact fp32 target again (a bf16 round trip would round W)
+    model, tok = load_target(cfg.target, cfg.device)  # the exact fp32 target again (a bf16 round trip would round W)
     for p in model.parameters():
         p.requires_grad_(False)
     if cache_only:

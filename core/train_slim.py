@@ -34,13 +34,13 @@ def head_inputs(head, ids, feats, n_tokens, seed):
     """h [N, d]: the EAGLE head's LM-head inputs on random cached sequences (teacher-forced features)."""
     order = list(range(len(ids)))
     random.Random(seed).shuffle(order)
-    hs, n = [], 0
+    hs, n, dev = [], 0, head.fc.weight.device
     for i in order:
-        x, f = ids[i].long(), head.target_in(feats[i].float())
+        x, f = ids[i].long().to(dev), head.target_in(feats[i].float().to(dev))
         L = len(x) - 1
         if L < 1:
             continue
-        out, _ = head(f[None, :L], x[None, 1:], torch.arange(1, L + 1)[None])
+        out, _ = head(f[None, :L], x[None, 1:], torch.arange(1, L + 1, device=dev)[None])
         hs.append(head.head_in(out[0]))
         n += L
         if n >= n_tokens:
@@ -108,9 +108,11 @@ def write_ckpt(path, up, down, opt, gen, state, settings):
     write_atomic(path, lambda tmp: torch.save(ck, tmp))
 
 
-def start(W, r, lr, seed, ckpt, settings):
-    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else SVD init."""
-    up, down = (x.requires_grad_() for x in svd_init(W, r))
+def start(W, r, lr, seed, ckpt, settings, init=None):
+    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else from `init`
+    (W_up, W_down), else SVD init."""
+    first = svd_init(W, r) if init is None else [x.to(W.device, torch.float32).clone() for x in init]
+    up, down = (x.requires_grad_() for x in first)
     opt = torch.optim.Adam([up, down], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     state = {"step": 0, "elapsed": 0.0, "before": None}
@@ -136,19 +138,21 @@ def train_step(W, up, down, opt, hb, lr, ce_w):
 
 
 def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=None, ckpt=None,
-                  ckpt_every=250, eval_every=250, log_every=50, settings=None):
-    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`."""
+                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None, init=None):
+    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`.
+    max_seconds: stop earlier once this much training time has passed (the schedule still spans `steps`);
+    init: (W_up, W_down) to start from instead of the SVD (e.g. the factors of the head this one was tuned from)."""
     settings = settings or {}
     val, tr = split_val(h)
     warmup = min(100, max(1, steps // 20)) if warmup is None else warmup
-    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings)
+    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings, init)
     if st["before"] is None:
         st["before"] = held_out(W, up, down, val)
         log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
     elif st["step"] < steps:
         log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
     t0, kls, after = time.time() - st["elapsed"], [], None
-    while st["step"] < steps:
+    while st["step"] < steps and not (max_seconds and st["elapsed"] > max_seconds):
         rate = lr_at(st["step"], steps, lr, warmup)
         hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
         kls.append(train_step(W, up, down, opt, hb, rate, ce_w))

@@ -47,7 +47,7 @@ def tree_shape(cfg):
 def sample_children(logits_row, k, temperature, gen):
     """k draws without replacement (Gumbel-top-k) from q = softmax(logits / T): (order, log q[order], log q)."""
     logq = torch.log_softmax(logits_row / temperature, dim=-1)
-    u = torch.rand(logq.shape, generator=gen).clamp_(1e-20, 1.0)
+    u = torch.rand(logq.shape, generator=gen).clamp_(1e-20, 1.0).to(logq.device)  # gen is a CPU generator
     order = (logq - torch.log(-torch.log(u))).topk(min(k, logq.numel())).indices  # sampling order
     return order, logq[order], logq
 
@@ -97,7 +97,7 @@ def _add_level(t, frontier, logits, ids_map, k, budget, temperature, gen, backen
         else:
             order, lps, logq = sample_children(logits[row], n_kids, temperature, gen)
             t.q[par] = (ids_map, logq.exp())
-            toks = order.tolist() if ids_map is None else ids_map[order].tolist()
+            toks = order.tolist() if ids_map is None else ids_map[order.to(ids_map.device)].tolist()
             lps = lps.tolist()
         base = 0.0 if par < 0 else t.score[par]
         new += [t.add(tok, par, lp, base + lp) for tok, lp in zip(toks, lps)]
@@ -175,7 +175,7 @@ def accept_sample(t: Tree, logits, temperature, top_p, gen) -> tuple:
         kids = t.children(node)
         nxt = _try_children(t, node, kids, p, gen) if kids else None
         if nxt is None:
-            return path, int(torch.multinomial(p, 1, generator=gen))
+            return path, int(torch.multinomial(p.cpu(), 1, generator=gen))  # gen is a CPU generator
         path.append(nxt)
         node = nxt
 

@@ -97,16 +97,8 @@ def row(d, V, k, n, name, t, nbytes, copy) -> str:
     return f"{d:>5} {V:>7} {k:>5} {n:>3}  {name:<30} {t * 1e6:>10.1f} {gbps:>8.1f} {100 * gbps / copy:>6.1f}%"
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    device, dtype = torch.device(args.device), DTYPES[args.dtype]
-    gpu = device.type == "cuda"
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    copy = copy_gbps(device, args.reps)
-    print(f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}), dtype {args.dtype}, "
-          f"copy {copy:.1f} GB/s, repack {args.moved} rows/step, threads {torch.get_num_threads()}")
-    print(COLUMNS)
+def measure(args, device: torch.device, dtype, copy: float, triton_ok: bool):
+    """Yield (d, V, |I|, n, method, seconds | None, bytes) over the grid; triton_ok: run the Triton rows."""
     for d in args.d:
         for V in args.V:
             W, W_down, W_up = weights(d, V, dtype, device)
@@ -115,15 +107,32 @@ def main(argv=None):
                 idx = torch.randperm(V, device=device)[:k]
                 for n in args.n:
                     h = (torch.rand(n, d, device=device) - 0.5).to(dtype)
-                    for name, fn, nbytes in methods(h, W, W_down, W_up, idx, min(args.moved, k), gpu):
+                    for name, fn, nbytes in methods(h, W, W_down, W_up, idx, min(args.moved, k), triton_ok):
                         t = full_time.get(n) if name == FULL else None
                         if t is None and fn is not None:
                             t = seconds(fn, device, args.reps)
                         if name == FULL:
                             full_time[n] = t
-                        print(row(d, V, k, n, name, t, nbytes, copy), flush=True)
+                        yield d, V, k, n, name, t, nbytes
             del W, W_down, W_up
 
+
+def header(device: torch.device, dtype_name: str, copy: float, moved: int) -> str:
+    gpu = device.type == "cuda"
+    return (f"device {device} ({torch.cuda.get_device_name(device) if gpu else 'CPU'}), dtype {dtype_name}, "
+            f"copy {copy:.1f} GB/s, repack {moved} rows/step, threads {torch.get_num_threads()}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    copy = copy_gbps(device, args.reps)
+    print(header(device, args.dtype, copy, args.moved))
+    print(COLUMNS)
+    for r in measure(args, device, dtype, copy, device.type == "cuda"):
+        print(row(*r, copy), flush=True)
 
 if __name__ == "__main__":
     main()
