@@ -11,6 +11,8 @@ MAX_LINE = 100_000
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 SPEC_BENCH = {**{c: "conv" for c in MT_BENCH}, "translation": "mt", "summarization": "summ", "qa": "qa",
               "math_reasoning": "math", "rag": "rag"}
+INSTRUCTIONS = {"conversation": "conv", "generation": "conv", "translation": "mt", "summarization": "summ", "qa": "qa",
+                "math": "math", "code": "code"}  # instruction/response corpora (source, category, prompt, response)
 
 
 @dataclass
@@ -44,6 +46,10 @@ def parse_row(row, where: str) -> Prompt:
         if not isinstance(row["prompt"], str):
             raise SpecError(f"{where}: 'prompt' must be a string")
         return Prompt(str(row["task_id"]), "code", row["prompt"])
+    if isinstance(row, dict) and {"source", "category", "prompt"} <= row.keys() and row["category"] in INSTRUCTIONS:
+        if not isinstance(row["prompt"], str):
+            raise SpecError(f"{where}: 'prompt' must be a string")
+        return Prompt(where, INSTRUCTIONS[row["category"]], row["prompt"])
     raise SpecError(f"{where}: need fields question_id, category, turns (Spec-Bench) or task_id, prompt (HumanEval)")
 
 
