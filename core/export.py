@@ -12,13 +12,14 @@ Sources, each a ranking of the whole vocabulary (the map = the specials + the be
     generations  how often the target emits each id in its own greedy generations of the calibration
                  prompts (VocabTrim)
     nanospec     NanoSpec-calibrated: the calibration prompts run through the engine with method nanospec.
-                 needed[t]  = times the target emitted t: each emitted token is one the draft had to
-                              propose from I_t at that step (the trace's emitted_in_vocab says whether
-                              I_t held it);
-                 kept[t]    = times t entered NanoSpec's stream S as one of the target's own top-K
-                              candidates (top-K_pre of the prefill logits, top-K_ver of each verify):
-                              the alternatives the target weighed, which I_t carries for later steps.
-                 Ranked by needed, then kept.
+                 needed[t] = times the target emitted t: each emitted token is one the draft had to propose
+                             from I_t at its step (the trace's emitted_in_vocab says whether I_t held it;
+                             speculation is lossless, so these are the target's own greedy tokens);
+                 kept[t]   = times t entered NanoSpec's stream S as one of the target's own top-K candidates
+                             (top-K_pre of the prefill logits, top-K_ver of each verify).
+                 Ranked by p(t) = 1/2 needed[t]/sum(needed) + 1/2 corpus[t]/sum(corpus) (the corpus table
+                 smooths a few thousand calibration tokens), then by kept[t]. Weighing kept[t] as a third
+                 distribution measured lower held-out coverage (docs/serving.md).
 Ties and tokens a source never saw (count 0) fall back to the FR-Spec corpus rank, then to the id.
 Coverage = fraction of the target's greedy tokens on held-out prompts that lie in the map.
 """
@@ -109,17 +110,24 @@ def dynamic_coverage(runs) -> float:
     return sum(hits) / max(len(hits), 1)
 
 
-def source_keys(source: str, fr_rank, runs, vocab_size: int) -> list:
-    """Sort keys of a source, most significant first; the FR-Spec rank (or the id) breaks ties."""
-    fallback = [] if fr_rank is None else [-fr_rank]
+def source_keys(source: str, corpus, runs, vocab_size: int) -> list:
+    """Sort keys of a source, most significant first (ranking() breaks the remaining ties by id).
+    corpus: the FR-Spec table's counts [V] or None."""
+    prior = [] if corpus is None else [corpus]
     if source == "freq":
-        if fr_rank is None:
+        if corpus is None:
             raise SpecError("no frequency table for this model: give --freq-table (build one with python -m core freq)")
-        return fallback
+        return prior
     needed = emitted_counts(runs, vocab_size)
     if source == "generations":
-        return [needed] + fallback
-    return [needed, candidate_counts(runs, vocab_size)] + fallback
+        return [needed] + prior
+    kept = candidate_counts(runs, vocab_size)
+    if corpus is None:
+        return [needed, kept]
+    # p(t) = 1/2 needed[t] / sum(needed) + 1/2 corpus[t] / sum(corpus): a few thousand calibration tokens
+    # smoothed by the corpus distribution
+    mixed = needed.double() / max(int(needed.sum()), 1) + corpus.double() / max(int(corpus.sum()), 1)
+    return [mixed, kept] + prior
 
 
 # ---------------------------------------------------------------- prompts
@@ -172,16 +180,18 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def load_fr_rank(args, vocab_size):
-    from core.freq import load_ranks
+def load_corpus(args, vocab_size):
+    """The FR-Spec table's counts [V] (--freq-table, else the model's shipped table), or None."""
+    from core.freq import fit_counts, load_table, table_path
     from core.models import DEFAULT_MODEL, model_alias
     name = args.freq_table or model_alias(args.model or DEFAULT_MODEL) or args.model
     try:
-        return load_ranks(name, vocab_size)
+        path = table_path(name)
     except SpecError:
         if args.freq_table:
             raise
         return None
+    return fit_counts(load_table(path)[0], vocab_size, path)
 
 
 def calibrate(args, pipe) -> list:
@@ -248,13 +258,13 @@ def main(argv=None) -> int:
     args.draft, args.runtime, args.dtype = "auto", "auto", "auto"
     pipe = load_pipeline(args)
     V, always = pipe.vocab_size, special_ids(pipe.tokenizer)
-    fr_rank = load_fr_rank(args, V)
+    corpus = load_corpus(args, V)
     runs = calibrate(args, pipe)
-    order_of = {args.source: ranking(source_keys(args.source, fr_rank, runs, V), V)}
+    order_of = {args.source: ranking(source_keys(args.source, corpus, runs, V), V)}
     if args.source == "nanospec":  # the same runs give VocabTrim's counts: same tokens, lossless
-        order_of["generations"] = ranking(source_keys("generations", fr_rank, runs, V), V)
-    if fr_rank is not None and args.source != "freq":
-        order_of["freq"] = ranking(source_keys("freq", fr_rank, runs, V), V)
+        order_of["generations"] = ranking(source_keys("generations", corpus, runs, V), V)
+    if corpus is not None and args.source != "freq":
+        order_of["freq"] = ranking(source_keys("freq", corpus, runs, V), V)
     ids = token_map(order_of[args.source], args.size, always)
     if args.out:
         for path in write_map(args.out, ids, V):

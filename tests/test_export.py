@@ -169,3 +169,12 @@ def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp
     path.write_text("\n".join(json.dumps(r) for r in rows))
     prompts = calibration_prompts([path], 3, 20)
     assert [p.text for p in prompts] == ["q0", "q2", "q5"] and {p.category for p in prompts} == {"qa"}
+
+
+def test_nanospec_ranking_mixes_needed_tokens_and_corpus_half_and_half_then_candidates():
+    from core.export import source_keys
+    runs = [[step([3, 3, 3, 4], [True] * 4, [["verify", [2]]])]]
+    corpus = torch.tensor([0, 10, 0, 0, 0, 90])  # p: id 1 0.1, id 5 0.9; needed p: id 3 0.75, id 4 0.25
+    assert ranking(source_keys("nanospec", corpus, runs, 6), 6).tolist() == [5, 3, 4, 1, 2, 0]
+    assert ranking(source_keys("generations", corpus, runs, 6), 6).tolist() == [3, 4, 5, 1, 0, 2]
+    assert ranking(source_keys("freq", corpus, runs, 6), 6).tolist() == [5, 1, 0, 2, 3, 4]
