@@ -220,7 +220,8 @@ def convention_notes(cfg: EagleConfig) -> list:
     if cfg.final_norm:
         notes.append("the head applies the target's final norm before the LM head; theirs does not")
     if notes:
-        notes.append("retrain with `python -m core train-eagle --final-norm false` for a head that runs there unchanged")
+        notes.append("`python -m core train-eagle --final-norm false` trains post-norm features and no output norm; "
+                     "layer 0's input norm has no switch in train-eagle yet")
     return notes
 
 
