@@ -178,3 +178,11 @@ def test_nanospec_ranking_mixes_needed_tokens_and_corpus_half_and_half_then_cand
     assert ranking(source_keys("nanospec", corpus, runs, 6), 6).tolist() == [5, 3, 4, 1, 2, 0]
     assert ranking(source_keys("generations", corpus, runs, 6), 6).tolist() == [3, 4, 5, 1, 0, 2]
     assert ranking(source_keys("freq", corpus, runs, 6), 6).tolist() == [5, 1, 0, 2, 3, 4]
+
+
+def test_an_instruction_row_with_a_non_string_category_is_a_clear_error(tmp_path):
+    from core.prompts import load_prompts
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"source": "x", "category": ["qa"], "prompt": "hi"}))
+    with pytest.raises(SpecError, match="bad.jsonl:1: need fields"):
+        load_prompts(path)
