@@ -1,4 +1,5 @@
-"""Prompt files: Spec-Bench JSONL, HumanEval JSONL, instruction corpora (source, category, prompt, response) and our own assets/prompts/*.jsonl (rows may mix)."""
+"""Prompt files: Spec-Bench JSONL, HumanEval JSONL, instruction corpora (source, category, prompt, response)
+and our own assets/prompts/*.jsonl (rows may mix)."""
 import json
 from dataclasses import dataclass
 from pathlib import Path
