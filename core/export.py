@@ -248,6 +248,16 @@ def check_args(args) -> None:
         raise SpecError("--max-new-tokens and --threads must be >= 1")
 
 
+def rankings(source: str, corpus, runs, vocab_size: int) -> dict:
+    """{name: ids best first} of the chosen source and of the ones the same runs give for free."""
+    names = [source]
+    if source == "nanospec":  # the same runs give VocabTrim's counts (lossless: the target's own tokens)
+        names.append("generations")
+    if corpus is not None and source != "freq":
+        names.append("freq")
+    return {name: ranking(source_keys(name, corpus, runs, vocab_size), vocab_size) for name in names}
+
+
 def main(argv=None) -> int:
     from core.cli import load_pipeline
     from core.freq import special_ids
@@ -258,13 +268,8 @@ def main(argv=None) -> int:
     args.draft, args.runtime, args.dtype = "auto", "auto", "auto"
     pipe = load_pipeline(args)
     V, always = pipe.vocab_size, special_ids(pipe.tokenizer)
-    corpus = load_corpus(args, V)
     runs = calibrate(args, pipe)
-    order_of = {args.source: ranking(source_keys(args.source, corpus, runs, V), V)}
-    if args.source == "nanospec":  # the same runs give VocabTrim's counts: same tokens, lossless
-        order_of["generations"] = ranking(source_keys("generations", corpus, runs, V), V)
-    if corpus is not None and args.source != "freq":
-        order_of["freq"] = ranking(source_keys("freq", corpus, runs, V), V)
+    order_of = rankings(args.source, load_corpus(args, V), runs, V)
     ids = token_map(order_of[args.source], args.size, always)
     if args.out:
         for path in write_map(args.out, ids, V):
@@ -276,5 +281,8 @@ def main(argv=None) -> int:
         if args.source == "nanospec":
             calib["nanospec_dynamic_coverage"] = round(dynamic_coverage(runs), 4)
         rep = report(args, pipe, order_of, always)
-        print(json.dumps({"calibration": calib, **rep}, indent=1)) if args.json else print_report(rep, calib)
+        if args.json:
+            print(json.dumps({"calibration": calib, **rep}, indent=1))
+        else:
+            print_report(rep, calib)
     return 0
