@@ -195,14 +195,15 @@ OFFICIAL = EagleConfig(input_norm=False, final_norm=False, feature="post_norm") 
 OFFICIAL_WEIGHTS = "model.safetensors"
 
 
-def official_config(head) -> dict:
+def official_config(head, architecture="LlamaForCausalLM") -> dict:
     """config.json of the official layout: the target's LlamaConfig with one layer, plus this head's conventions
-    under "speclens_eagle" (other loaders ignore unknown keys)."""
+    under "speclens_eagle" (other loaders ignore unknown keys). architecture: LlamaForCausalLM as in the EAGLE repo's
+    checkpoints (vLLM maps it to its EAGLE class); SGLang picks its EAGLE class by the name LlamaForCausalLMEagle."""
     cfg = head.lcfg.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "id2label", "label2id", "dtype"):
         cfg.pop(key, None)
     rope = cfg.get("rope_parameters") or {}
-    cfg.update(architectures=["LlamaForCausalLM"], num_hidden_layers=1, torch_dtype="float16",
+    cfg.update(architectures=[architecture], num_hidden_layers=1, torch_dtype="float16",
                speclens_eagle=asdict(head.cfg))
     if "rope_theta" in rope:
         cfg.setdefault("rope_theta", rope["rope_theta"])  # readers of transformers 4.x configs
@@ -225,14 +226,14 @@ def convention_notes(cfg: EagleConfig) -> list:
     return notes
 
 
-def save_official(head, out_dir) -> list:
+def save_official(head, out_dir, architecture="LlamaForCausalLM") -> list:
     """Write config.json + model.safetensors (fp16) under the official names: fc.weight (columns [e; f]), fc.bias,
     layers.0.*. Returns convention_notes(head.cfg)."""
     from safetensors.torch import save_file
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
     sd["fc.weight"] = swap_fc_halves(sd["fc.weight"]).contiguous()
     os.makedirs(out_dir, exist_ok=True)
-    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(official_config(head), indent=1))
+    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(official_config(head, architecture), indent=1))
     write_atomic(os.path.join(out_dir, OFFICIAL_WEIGHTS), lambda tmp: save_file(sd, tmp))
     return convention_notes(head.cfg)
 

@@ -175,6 +175,8 @@ def parse_args(argv):
                    help="also report coverage at these sizes")
     p.add_argument("--max-new-tokens", type=int, default=96, metavar="N", help="tokens per calibration / held-out prompt")
     p.add_argument("--eagle-out", default=None, metavar="DIR", help="also write the EAGLE head in the official layout")
+    p.add_argument("--eagle-arch", default="LlamaForCausalLM", choices=("LlamaForCausalLM", "LlamaForCausalLMEagle"),
+                   help="config.json architecture: LlamaForCausalLM (EAGLE repo, vLLM) or LlamaForCausalLMEagle (SGLang)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p.parse_args(argv)
@@ -229,11 +231,11 @@ def print_report(rep: dict, calib: dict) -> None:
         print(f"| {row['K']} | " + " | ".join(f"{row[n]:.2%}" for n in names) + " |")
 
 
-def export_eagle(pipe, out_dir) -> None:
+def export_eagle(pipe, out_dir, architecture) -> None:
     from core.eagle import save_official
     if pipe.draft_name != "eagle":
         raise SpecError(f"{pipe.model_id} has no EAGLE head to export")
-    for note in save_official(pipe.drafter.head, out_dir):
+    for note in save_official(pipe.drafter.head, out_dir, architecture):
         print(f"note: {note}", file=sys.stderr)
     print(f"{out_dir}: EAGLE head in the official layout (config.json, model.safetensors)")
 
@@ -275,7 +277,7 @@ def main(argv=None) -> int:
         for path in write_map(args.out, ids, V):
             print(f"{path}: {len(ids)} ids of {V}")
     if args.eagle_out:
-        export_eagle(pipe, args.eagle_out)
+        export_eagle(pipe, args.eagle_out, args.eagle_arch)
     if not args.no_report:
         calib = {"prompts": len(runs), "tokens": sum(len(r.emitted) for rs in runs for r in rs)}
         if args.source == "nanospec":

@@ -162,6 +162,13 @@ def test_head_with_our_conventions_is_exported_with_notes(tmp_path):
     assert any("pre-norm" in n for n in notes) and any("final norm" in n for n in notes)
 
 
+def test_official_layout_names_the_architecture_sglang_selects_when_asked(tmp_path):
+    model = tiny_model(0)
+    save_official(head_with_random_weights(model, EagleConfig()), tmp_path, "LlamaForCausalLMEagle")
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle"]
+    assert load_official(tmp_path, model).cfg == EagleConfig()
+
+
 def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp_path):
     from core.export import calibration_prompts
     rows = [{"source": "x", "category": "qa", "prompt": f"q{i}" + ("!" * 50 * (i == 3)), "response": "a"} for i in range(8)]
