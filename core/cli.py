@@ -19,6 +19,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "train-slim": "core.train_slim",
     "bench-runtime": "core.runtime_bench",
     "device-check": "core.device_check",
+    "export": "core.export",
 }
 
 

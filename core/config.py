@@ -30,7 +30,7 @@ class SpecConfig:
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
-    depth: int = 3       # CPU defaults: the fastest shapes of a sweep with the v2 EAGLE head (README, "EAGLE head v2")
+    depth: int = 3       # CPU defaults: the fastest shapes of a sweep with the v2 EAGLE head (docs/results.md, "Draft shape")
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2

@@ -157,15 +157,22 @@ def load_head(head_dir, target_model, dtype=torch.float32, name="eagle.safetenso
     return head.to(dtype).attach(target_model).eval()
 
 
+def swap_fc_halves(w):
+    """fc.weight [d, 2d]: official EAGLE/SGLang/vLLM take fc([e(x); f]), this head fc([f; e(x)]): swap the column
+    halves (its own inverse)."""
+    d = w.shape[1] // 2
+    return torch.cat([w[:, d:], w[:, :d]], 1)
+
+
 def load_official_state_dict(head, sd):
-    """Load an official EAGLE-1/2 checkpoint (keys fc.*, layers.0.*; EAGLE-1 has no input_layernorm and may
-    carry embed_tokens.weight, which stays the target's). Returns the list of ignored keys."""
+    """Load an official EAGLE-1/2 checkpoint (keys fc.*, layers.0.*; fc over [e; f]; EAGLE-1 has no input_layernorm
+    and may carry embed_tokens.weight, which stays the target's). Returns the list of ignored keys."""
     ours = head.state_dict()
     mapped, ignored = {}, []
     for k, v in sd.items():
         k2 = k[len("model."):] if k.startswith("model.") else k
         if k2 in ours and ours[k2].shape == v.shape:
-            mapped[k2] = v.to(ours[k2].dtype)
+            mapped[k2] = (swap_fc_halves(v) if k2 == "fc.weight" else v).to(ours[k2].dtype)
         else:
             ignored.append(k)
     if "layers.0.input_layernorm.weight" not in mapped and head.cfg.input_norm:
@@ -176,6 +183,67 @@ def load_official_state_dict(head, sd):
         raise KeyError(f"official EAGLE state dict lacks {missing}")
     head.load_state_dict(mapped, strict=False)
     return ignored
+
+
+# ---------------------------------------------------------------- official layout (EAGLE repo, SGLang, vLLM)
+
+OFFICIAL = EagleConfig(input_norm=False, final_norm=False, feature="post_norm")  # what their EAGLE-2 loaders run
+OFFICIAL_WEIGHTS = "model.safetensors"
+
+
+def official_config(head, architecture="LlamaForCausalLM") -> dict:
+    """config.json of the official layout: the target's LlamaConfig with one layer, plus this head's conventions
+    under "speclens_eagle" (other loaders ignore unknown keys). architecture: LlamaForCausalLM as in the EAGLE repo's
+    checkpoints (vLLM maps it to its EAGLE class); SGLang picks its EAGLE class by the name LlamaForCausalLMEagle."""
+    cfg = head.lcfg.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "id2label", "label2id", "dtype"):
+        cfg.pop(key, None)
+    rope = cfg.get("rope_parameters") or {}
+    cfg.update(architectures=[architecture], num_hidden_layers=1, torch_dtype="float16",
+               speclens_eagle=asdict(head.cfg))
+    if "rope_theta" in rope:
+        cfg.setdefault("rope_theta", rope["rope_theta"])  # readers of transformers 4.x configs
+    return cfg
+
+
+def convention_notes(cfg: EagleConfig) -> list:
+    """Where a head differs from what the official EAGLE-2 loaders compute (post-norm features in, no input norm
+    on layer 0, the layer output straight into the LM head): the files load there but draft differently."""
+    notes = []
+    if cfg.feature != OFFICIAL.feature:
+        notes.append("the head reads pre-norm target features; EAGLE/SGLang/vLLM feed post-norm ones")
+    if cfg.input_norm:
+        notes.append("layer 0 has an input RMSNorm (layers.0.input_layernorm.weight), which their layer 0 lacks")
+    if cfg.final_norm:
+        notes.append("the head applies the target's final norm before the LM head; theirs does not")
+    if notes:
+        notes.append("`python -m core train-eagle --final-norm false` trains post-norm features and no output norm; "
+                     "layer 0's input norm has no switch in train-eagle yet")
+    return notes
+
+
+def save_official(head, out_dir, architecture="LlamaForCausalLM") -> list:
+    """Write config.json + model.safetensors (fp16) under the official names: fc.weight (columns [e; f]), fc.bias,
+    layers.0.*. Returns convention_notes(head.cfg)."""
+    from safetensors.torch import save_file
+    sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
+    sd["fc.weight"] = swap_fc_halves(sd["fc.weight"]).contiguous()
+    os.makedirs(out_dir, exist_ok=True)
+    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(official_config(head, architecture), indent=1))
+    write_atomic(os.path.join(out_dir, OFFICIAL_WEIGHTS), lambda tmp: save_file(sd, tmp))
+    return convention_notes(head.cfg)
+
+
+def load_official(head_dir, target_model, dtype=torch.float32):
+    """An EagleHead from an official-layout directory (ours, or an EAGLE-1/2 checkpoint in safetensors)."""
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig
+    with open(os.path.join(head_dir, "config.json")) as f:
+        cfg = json.load(f)
+    conventions = cfg.pop("speclens_eagle", None) or asdict(OFFICIAL)
+    head = EagleHead(LlamaConfig(**cfg), EagleConfig(**conventions))
+    load_official_state_dict(head, load_file(os.path.join(head_dir, OFFICIAL_WEIGHTS)))
+    return head.to(dtype).attach(target_model).eval()
 
 
 # ---------------------------------------------------------------- EAGLE-3

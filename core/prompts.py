@@ -1,4 +1,5 @@
-"""Prompt files: Spec-Bench JSONL, HumanEval JSONL and our own assets/prompts/*.jsonl (rows may mix)."""
+"""Prompt files: Spec-Bench JSONL, HumanEval JSONL, instruction corpora (source, category, prompt, response)
+and our own assets/prompts/*.jsonl (rows may mix)."""
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ MAX_LINE = 100_000
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 SPEC_BENCH = {**{c: "conv" for c in MT_BENCH}, "translation": "mt", "summarization": "summ", "qa": "qa",
               "math_reasoning": "math", "rag": "rag"}
+INSTRUCTIONS = {"conversation": "conv", "generation": "conv", "translation": "mt", "summarization": "summ", "qa": "qa",
+                "math": "math", "code": "code"}  # instruction/response corpora (source, category, prompt, response)
 
 
 @dataclass
@@ -44,7 +47,12 @@ def parse_row(row, where: str) -> Prompt:
         if not isinstance(row["prompt"], str):
             raise SpecError(f"{where}: 'prompt' must be a string")
         return Prompt(str(row["task_id"]), "code", row["prompt"])
-    raise SpecError(f"{where}: need fields question_id, category, turns (Spec-Bench) or task_id, prompt (HumanEval)")
+    if isinstance(row, dict) and {"source", "category", "prompt"} <= row.keys() and str(row["category"]) in INSTRUCTIONS:
+        if not isinstance(row["prompt"], str):
+            raise SpecError(f"{where}: 'prompt' must be a string")
+        return Prompt(where, INSTRUCTIONS[row["category"]], row["prompt"])
+    raise SpecError(f"{where}: need fields question_id, category, turns (Spec-Bench), task_id, prompt (HumanEval) "
+                    "or source, category, prompt (instruction corpora)")
 
 
 def read_lines(path: Path) -> list[str]:
