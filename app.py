@@ -16,7 +16,7 @@ from core.config import METHODS, SpecConfig
 from core.paper import run_paper
 from core.prompts import CATEGORIES
 from core.errors import SpecError
-from core.trace import StepRecord, summarize
+from core.trace import StepRecord, compare_to_ar, summarize
 from viz import plots
 from viz.learn import learn_figure, learn_markdown
 from viz.panels import all_figures, render_panels
@@ -225,10 +225,25 @@ def emitted_ids(trace: dict) -> list:
     return [t for r in trace["records"] for t in r.get("emitted", [])]
 
 
-def is_lossless(trace: dict, ar_trace: dict) -> bool:
-    a, b = emitted_ids(trace), emitted_ids(ar_trace)
-    n = min(len(a), len(b))
-    return n > 0 and a[:n] == b[:n]
+def trace_records(trace: dict) -> list:
+    return [StepRecord.from_dict(r) for r in trace["records"]]
+
+
+def baseline_of(ar_trace: dict) -> dict:
+    """What the app keeps of a plain-decoding run: its summary, tokens and target margins (enough for
+    core.trace.compare_to_ar), not its records."""
+    recs = trace_records(ar_trace)
+    return {"summary": ar_trace["meta"]["summary"], "tokens": [t for r in recs for t in r.emitted],
+            "margin": [m for r in recs for m in r.margin]}
+
+
+def baseline_records(baseline: dict) -> list:
+    return [StepRecord(step=0, kind="ar", emitted=list(baseline["tokens"]), margin=list(baseline["margin"]))]
+
+
+def lossless_verdict(trace: dict, baseline: dict) -> dict:
+    """The CLI's verdict (core.trace.compare_to_ar) on a run and its plain-decoding baseline."""
+    return compare_to_ar(trace_records(trace), baseline_records(baseline))
 
 
 def baseline_key(model_key, prompt, cfg: SpecConfig) -> str:
@@ -236,12 +251,14 @@ def baseline_key(model_key, prompt, cfg: SpecConfig) -> str:
 
 
 def comparison(trace: dict, baselines: dict, key: str) -> tuple:
-    """(AR summary or None, lossless flag or None) for a finished run, from this session's AR runs."""
+    """(AR summary or None, compare_to_ar verdict or None) for a finished run. No verdict when sampling or
+    when either run was cut short (a partial run says nothing about losslessness)."""
     ar = (baselines or {}).get(key)
     if not ar or trace["meta"]["method"] == "ar":
         return None, None
     greedy = float(trace["meta"]["cfg"].get("temperature", 0)) == 0.0
-    return ar["meta"]["summary"], (is_lossless(trace, ar) if greedy else None)
+    whole = not trace["meta"]["summary"].get("cut") and not ar["summary"].get("cut")
+    return ar["summary"], (lossless_verdict(trace, ar) if greedy and whole else None)
 
 
 # ---------------------------------------------------------------- files
@@ -407,13 +424,13 @@ def _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop) -> d
     if key in (baselines or {}):
         return baselines
     ar = run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop)
-    return remember_baseline(baselines, key, ar)
+    return remember_baseline(baselines, key, baseline_of(ar))
 
 
-def remember_baseline(baselines: dict, key: str, ar_trace: dict, keep: int = 4) -> dict:
-    """This session's AR runs, newest last, at most `keep` of them."""
+def remember_baseline(baselines: dict, key: str, baseline: dict, keep: int = 4) -> dict:
+    """This session's AR baselines (baseline_of), newest last, at most `keep` of them."""
     out = {k: v for k, v in (baselines or {}).items() if k != key}
-    out[key] = ar_trace
+    out[key] = baseline
     return dict(list(out.items())[-keep:])
 
 
@@ -423,7 +440,7 @@ def _final_outputs(trace, model_key, baselines) -> list:
     key = baseline_key(model_key, trace["meta"]["prompt"], cfg)
     trace["meta"]["baseline_key"] = key
     if trace["meta"]["method"] == "ar":
-        baselines = remember_baseline(baselines, key, trace)
+        baselines = remember_baseline(baselines, key, baseline_of(trace))
     n = last_index(trace)
     return ([trace, gr.Slider(maximum=max(n, 1), value=n), source_note(trace, live=True)]
             + panel_values(trace, None) + [summary_for(trace, baselines), write_downloads(trace), baselines])
@@ -476,7 +493,7 @@ def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):
             errors[method] = str(e)
             continue
         if method == "ar":
-            baselines = remember_baseline(baselines, baseline_key(model_key, prompt, cfg), runs[method])
+            baselines = remember_baseline(baselines, baseline_key(model_key, prompt, cfg), baseline_of(runs[method]))
         yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]
     if errors:
         yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]

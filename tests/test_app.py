@@ -64,6 +64,30 @@ def test_make_config_rejects_absurd_settings():
     assert app.make_config("frspec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0).method == "frspec"
 
 
+def _trace_of(records, method="nanospec") -> dict:
+    from core.trace import summarize
+    return {"meta": {"method": method, "cfg": {"temperature": 0.0}, "summary": summarize(records)},
+            "records": [r.to_dict() for r in records]}
+
+
+def test_app_and_cli_give_one_lossless_verdict():
+    """The app's badge comes from core.trace.compare_to_ar (what `python -m core generate --compare-ar`
+    prints): a run diverging after a common prefix and a shorter run both differ, at the same token."""
+    from core.trace import StepRecord, compare_to_ar
+    ar = [StepRecord(step=i, kind="prefill" if i == 0 else "ar", emitted=[t], margin=[2.0])
+          for i, t in enumerate([5, 6, 7, 8, 9])]
+    diverging = [StepRecord(step=0, kind="prefill", emitted=[5], margin=[2.0]),
+                 StepRecord(step=1, kind="step", emitted=[6, 7, 4, 9], margin=[2.0] * 4)]
+    shorter = [StepRecord(step=0, kind="prefill", emitted=[5], margin=[2.0]),
+               StepRecord(step=1, kind="step", emitted=[6, 7], margin=[2.0] * 2)]
+    baseline = app.baseline_of(_trace_of(ar, "ar"))
+    for spec in (diverging, shorter):
+        cli = compare_to_ar(spec, ar)
+        assert app.lossless_verdict(_trace_of(spec), baseline) == cli and not cli["identical"]
+    assert compare_to_ar(diverging, ar)["first_diff"] == 3 and compare_to_ar(shorter, ar)["first_diff"] == 3
+    assert app.lossless_verdict(_trace_of(ar[:1] + ar[1:]), baseline)["identical"]
+
+
 def test_model_choices_are_a_closed_list():
     keys = [k for _, k in app.model_choices(hub=True)]
     assert all(app.parse_model_key(k) for k in keys)

@@ -15,7 +15,7 @@ def speedup(summary: dict, baseline: dict | None) -> float | None:
     return summary["tokens_per_s"] / baseline["tokens_per_s"]
 
 
-def summary_cards(summary: dict, method: str = "", baseline: dict | None = None, lossless: bool | None = None,
+def summary_cards(summary: dict, method: str = "", baseline: dict | None = None, lossless: dict | None = None,
                   runtime: str = "") -> str:
     if not summary:
         return '<div class="speclens summary-panel summary-empty">Run a prompt to see tokens/s, acceptance and coverage.</div>'
@@ -42,10 +42,16 @@ def _footer(summary, method, lossless, runtime="") -> str:
     return '<div class="summary-footer">' + " · ".join(b for b in bits if b) + "</div>"
 
 
-def lossless_badge(ok: bool) -> str:
-    if ok:
+def lossless_badge(verdict: dict) -> str:
+    """verdict: core.trace.compare_to_ar's dict (the CLI's identical_to_ar / first_diff / near_tie)."""
+    i = verdict.get("first_diff")
+    if verdict.get("identical") and verdict.get("tie"):
+        return (f'<span class="badge badge-ok" title="same tokens as plain decoding up to token {i}, where the '
+                f'target\'s top-2 logits tie within rounding">lossless ✓ (near-tie at token {i})</span>')
+    if verdict.get("identical"):
         return '<span class="badge badge-ok" title="same tokens as plain decoding">lossless ✓</span>'
-    return '<span class="badge badge-bad" title="output differs from plain decoding">differs from AR ✗</span>'
+    return (f'<span class="badge badge-bad" title="output differs from plain decoding from token {i} on">'
+            f'differs from AR at token {i} ✗</span>')
 
 
 def _cut(cut: str) -> str:
