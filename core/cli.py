@@ -17,6 +17,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "train-eagle": "core.train_eagle",
     "train-slim": "core.train_slim",
     "bench-runtime": "core.runtime",
+    "example": "core.example",
 }
 
 

@@ -48,11 +48,20 @@ def test_api_lists_only_generate(served):
     assert set(info["named_endpoints"]) == {"/generate"}
 
 
+def out(values: list) -> dict:
+    """A Run-tab output list by component name."""
+    return dict(zip(app.RUN_OUT, values))
+
+
+def run(prompt, method="nanospec", n=16) -> list:
+    return [out(o) for o in app.run_ui(prompt, f"{app.DEFAULT_MODEL}|auto", method, *app._default_settings(), n, 0.0)]
+
+
 def test_run_ui_reports_errors_without_raising():
-    outs = list(app.run_ui("", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(), 16, 0.0, {}))
-    assert len(outs) == 1 and "prompt is empty" in outs[0][2] and "error-box" in outs[0][2]
-    outs = list(app.run_ui("hi", "/etc/passwd|self", "nanospec", False, *app._default_settings(), 16, 0.0, {}))
-    assert "unknown model choice" in outs[-1][2] and "error-box" in outs[-1][2]
+    outs = [out(o) for o in app.run_ui("", f"{app.DEFAULT_MODEL}|auto", "nanospec", *app._default_settings(), 16, 0.0)]
+    assert len(outs) == 1 and "prompt is empty" in outs[0]["note"] and "error-box" in outs[0]["note"]
+    outs = [out(o) for o in app.run_ui("hi", "/etc/passwd|self", "nanospec", *app._default_settings(), 16, 0.0)]
+    assert "unknown model choice" in outs[-1]["note"] and "error-box" in outs[-1]["note"]
 
 
 def test_make_config_rejects_absurd_settings():
@@ -140,43 +149,75 @@ def fake_pipe(monkeypatch):
     return pipe
 
 
-def test_run_ui_streams_then_finishes(fake_pipe):
-    outs = list(app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", True, *app._default_settings(),
-                           16, 0.0, {}))
-    assert len(outs) >= len(fake_pipe.trace["records"]) + 1
-    trace, _, note, text, stream, tree = outs[1][:6]
-    assert "Generating" in note and "tok-bonus" in text
+def test_run_ui_streams_then_finishes_with_speedup_and_verdict_unasked(fake_pipe):
+    app._AR_CACHE.clear()
+    outs = run("hello")
     final = outs[-1]
-    trace, note, summary, files, baselines = final[0], final[2], final[10], final[11], final[12]
-    assert "your run" in note and "lossless ✓" in summary and "×" in summary
+    trace, summary, files = final["trace"], final["summary"], final["files"]
+    assert "your run" in final["note"] and "lossless ✓" in summary and "×" in summary
     assert len(files) == 2 and all(os.path.exists(f) for f in files)
-    assert len(baselines) == 1 and trace["meta"]["summary"]["new_tokens"] > 0
+    assert trace["meta"]["baseline"]["tokens"] == app.emitted_ids(trace) and len(app._AR_CACHE) == 1
     assert app.LAST_RUN_STATS["render_s"] >= 0 and app.LAST_RUN_STATS["steps"] == len(trace["records"])
 
 
+def test_plain_decoding_runs_once_per_prompt_and_settings(fake_pipe, monkeypatch):
+    app._AR_CACHE.clear()
+    calls = []
+    real = app.run_to_end
+    monkeypatch.setattr(app, "run_to_end", lambda pipe, p, cfg, *a: calls.append(cfg.method) or real(pipe, p, cfg, *a))
+    run("hello")
+    second = run("hello")
+    assert calls == ["ar"] and "lossless ✓" in second[-1]["summary"]
+
+
+def test_live_frames_sample_the_engine_and_show_its_own_speed(fake_pipe, monkeypatch):
+    import time
+    real_run = fake_pipe.run
+
+    def slow_run(*a, **k):  # an engine step every 20 ms: several frames land while it runs
+        for r in real_run(*a, **k):
+            time.sleep(0.02)
+            yield r
+    monkeypatch.setattr(fake_pipe, "run", slow_run)
+    monkeypatch.setattr(app, "FRAME_S", 0.03)
+    outs = run("hello")
+    live = [o for o in outs if "Generating" in str(o["note"])]
+    assert live and "tok-bonus" in live[-1]["text"] and "tokens/s" in live[-1]["summary"]
+    gen_s = outs[-1]["trace"]["meta"]["gen_s"]
+    s = outs[-1]["trace"]["meta"]["summary"]
+    assert abs(s["tokens_per_s"] - s["new_tokens"] / gen_s) < 1e-6
+
+
 def test_compare_ui_table_plot_texts(fake_pipe):
+    app._AR_CACHE.clear()
     outs = list(app.compare_ui("hello", ["nanospec", "ar"], f"{app.DEFAULT_MODEL}|auto",
-                               *app._default_settings(), 16, 0.0, {}))
-    table, fig, texts, baselines = outs[-1]
+                               *app._default_settings(), 16, 0.0))
+    table, fig, texts = outs[-1]
     assert "nanospec" in table and "lossless ✓" in table
     assert [t.name for t in fig.data] == ["ar", "nanospec"]
-    assert texts.count("compare-col-title") == 2 and baselines
+    assert texts.count("compare-col-title") == 2
 
 
-def test_stop_flag_cuts_the_run(fake_pipe):
+def test_stop_flag_cuts_the_run(fake_pipe, monkeypatch):
+    import time
+    real_run = fake_pipe.run
+
+    def slow_run(*a, **k):
+        for r in real_run(*a, **k):
+            time.sleep(0.05)
+            yield r
+    monkeypatch.setattr(fake_pipe, "run", slow_run)
     app._STOP.clear()
-    gen = app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(),
-                     16, 0.0, {})
+    gen = app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", *app._default_settings(), 16, 0.0)
     next(gen)
     app.request_stop(None)
-    outs = list(gen)
-    assert "stopped" in outs[-1][10]
+    outs = [out(o) for o in gen]
+    assert "stopped" in outs[-1]["summary"]
 
 
 def test_finished_runs_and_stray_stops_leave_no_session_state(fake_pipe):
     app._STOP.clear()
-    list(app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", False, *app._default_settings(),
-                    8, 0.0, {}))
+    run("hello", n=8)
     app.request_stop(None)
     assert app._STOP == {}
 
