@@ -20,7 +20,7 @@ from viz import plots
 from viz.learn import learn_figure, learn_markdown
 from viz.panels import PANELS, all_figures, render_panels
 from viz.style import CSS
-from viz.summary import compare_table, summary_cards, speedup
+from viz.summary import compare_table, measured_line, summary_cards, speedup
 from viz.synthetic import synthetic_trace
 from viz.text import render_text
 from viz.tokens import esc, last_index
@@ -63,6 +63,11 @@ _STOP = {}  # session hash -> stop requested, only while that session has a run 
 _AR_CACHE = {}  # baseline_key -> AR baseline, shared by every session (see ar_baseline)
 AR_CACHE_SIZE = 64
 FRAME_S = 1.0 / float(os.environ.get("SPECLENS_FPS", "5"))  # live run: panels sampled at this rate
+TEXT_VIEWS = ("the text", "with drafts")  # only what the target emitted | rejected drafts inline, struck
+# the text view is a page class (CSS hides rejected drafts): no server round trip; phones start on "the text"
+VIEW_JS = "(v) => { document.body.classList.toggle('speclens-text-view', v === 'the text'); return v; }"
+PHONE_VIEW_JS = ("() => { const v = window.innerWidth <= 640 ? 'the text' : 'with drafts'; "
+                 "document.body.classList.toggle('speclens-text-view', v === 'the text'); return v; }")
 RUN_OUT = ("trace", "step", "note", "text", "stream", "tree", "coverage", "active", "accept", "timing", "summary",
            "files")  # the Run tab's outputs, in order
 LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds
@@ -247,7 +252,8 @@ def source_note(trace: dict, live: bool = False) -> str:
     else:
         what = "the shipped example trace" if m.get("example") else "a loaded trace"
     return (f'<div class="source-note">Showing {what}: <b>{esc(m.get("method", ""))}</b> on '
-            f'<code>{esc(m.get("model", ""))}</code>. Press <b>Run</b> to generate your own, or scrub the replay slider.</div>')
+            f'<code>{esc(m.get("model", ""))}</code> ({esc(m.get("draft", ""))} draft).<span class="hint"> Press <b>Run</b> to '
+            f'generate your own, or scrub the replay slider.</span>{measured_line(m) if not live else ""}</div>')
 
 
 def error_note(msg: str) -> str:
@@ -276,7 +282,16 @@ def summary_for(trace: dict) -> str:
         return summary_cards({})
     ar, verdict = comparison(trace)
     return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=verdict,
-                         runtime=trace["meta"].get("runtime_note", ""))
+                         runtime=trace["meta"].get("runtime_note", ""), records=trace["records"],
+                         notes=trace_notes(trace["meta"]))
+
+
+def trace_notes(meta: dict) -> tuple:
+    """Footer lines that change how to read the run."""
+    if meta.get("slim_factors") == "svd":
+        return ("SlimSpec factors here are untrained (a truncated SVD of the head, no training on this pair): "
+                "expect most drafts rejected. Trained factors ship with the EAGLE draft head at its default rank.",)
+    return ()
 
 
 def replay(trace: dict, step) -> list:
@@ -374,7 +389,8 @@ def live_frame(snap: dict, method: str) -> list:
     """One sampled frame of a running generation: text, stream, tree, note and the engine's own numbers."""
     if not snap["records"]:
         return outputs(note=status_note("Prefill…"))
-    return outputs(note=_running_note(snap), summary=summary_cards(live_summary(snap), method),
+    return outputs(note=_running_note(snap), summary=summary_cards(live_summary(snap), method, records=snap["records"],
+                                                                   notes=trace_notes(snap["meta"])),
                    **panels_of(snap, None, with_plots=False))
 
 
@@ -527,7 +543,8 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
     example = initial_trace()
     with gr.Blocks(title="SpecLens · speculative decoding, step by step") as demo:
         gr.Markdown("# SpecLens\nWatch speculative decoding step by step: what the drafter proposed, what the "
-                    "target kept, which tokens NanoSpec's dynamic vocabulary covered, and where the time went.")
+                    "target kept, which tokens NanoSpec's dynamic vocabulary covered, and where the time went.",
+                    elem_id="header")
         trace_state = gr.State(example)
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
@@ -549,8 +566,8 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
 def _run_tab(example: dict, hub: bool) -> dict:
     ui, v = {}, render_panels(example, None)
     examples = example_prompts()
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=320):
+    with gr.Row(equal_height=False, elem_id="run-main"):
+        with gr.Column(scale=2, min_width=320, elem_id="run-controls"):
             ui["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=4, max_lines=12,
                                       info="What the target model should answer (chat template applied).",
                                       elem_id="prompt-box")
@@ -567,19 +584,21 @@ def _run_tab(example: dict, hub: bool) -> dict:
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-btn")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-        with gr.Column(scale=3, min_width=320):
+        with gr.Column(scale=3, min_width=320, elem_id="run-view"):
             ui["note"] = gr.HTML(source_note(example), elem_id="source-note")
             ui["summary"] = gr.HTML(summary_for(example), elem_id="summary")
+            ui["view"] = gr.Radio(list(TEXT_VIEWS), value="with drafts", show_label=False, container=False,
+                                  elem_id="text-view")
             ui["text"] = gr.HTML(v["text"], label="Text", elem_id="text-panel")
+            ui["coverage"] = gr.Plot(v["coverage"], label="Coverage", elem_id="coverage-plot", show_label=False)
     ui.update(_replay_row(example))
     ui["stream"] = gr.HTML(v["stream"], elem_id="stream-panel")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
             ui["tree"] = gr.HTML(v["tree"], elem_id="tree-panel")
         with gr.Column(scale=1, min_width=300):
-            ui["coverage"] = gr.Plot(v["coverage"], label="Coverage", elem_id="coverage-plot", show_label=False)
+            ui["active"] = gr.Plot(v["active"], label="|I_t|", elem_id="active-plot", show_label=False)
     with gr.Row(equal_height=False):
-        ui["active"] = gr.Plot(v["active"], label="|I_t|", elem_id="active-plot", show_label=False, min_width=280)
         ui["accept"] = gr.Plot(v["accept"], label="Acceptance length", elem_id="accept-plot", show_label=False,
                                min_width=280)
         ui["timing"] = gr.Plot(v["timing"], label="Time split", elem_id="timing-plot", show_label=False,
@@ -692,6 +711,8 @@ def _wire(demo, ui, cmp, trace_state) -> None:
     for btn in (ui["stop"], cmp["stop"]):
         btn.click(request_stop, None, None, api_visibility="private", queue=False)
     _wire_replay(ui, trace_state, panels)
+    ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
+    demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)
 
 
