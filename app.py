@@ -24,9 +24,9 @@ from viz.summary import compare_table, measured_line, summary_cards, speedup
 from viz.synthetic import synthetic_trace
 from viz.text import render_text
 from viz.tokens import esc, last_index
-from core.example import (APP_MAX_NEW_TOKENS, LiveRun, baseline_of, finish_trace, lossless_verdict,
+from core.example import (APP_MAX_NEW_TOKENS, EXAMPLES, LiveRun, baseline_of, finish_trace, lossless_verdict,
                           run_to_end)
-from viz.tracefile import load_example, save_trace
+from viz.tracefile import load_example, load_trace, save_trace
 
 try:  # ZeroGPU: a GPU is attached only inside functions decorated with spaces.GPU
     import spaces
@@ -230,6 +230,28 @@ def write_downloads(trace: dict) -> list:
     html_path = d / f"{name}-plots.html"
     html_path.write_text(plots.figures_html(all_figures(trace), title=f"SpecLens · {name}"))
     return [str(trace_path), str(html_path)]
+
+
+def example_for(model_key: str) -> dict | None:
+    """The shipped example trace of a model pair (python -m core example), or None."""
+    path = EXAMPLES.get(parse_model_key(model_key))
+    try:
+        trace = load_trace(path) if path else None
+    except (OSError, ValueError):
+        return None
+    if trace is not None and not trace["meta"].get("summary"):
+        finish_trace(trace)
+    return trace
+
+
+def show_example(model_key: str, trace: dict) -> list:
+    """Model pair changed: show its shipped example, unless the panels show the visitor's own run."""
+    new = example_for(model_key) if (trace or {}).get("meta", {}).get("example") else None
+    if new is None:
+        return outputs()
+    n = last_index(new)
+    return outputs(trace=new, step=gr.Slider(maximum=max(n, 1), value=n), note=source_note(new),
+                   summary=summary_for(new), files=write_downloads(new), **panels_of(new, None))
 
 
 def initial_trace() -> dict:
@@ -711,6 +733,7 @@ def _wire(demo, ui, cmp, trace_state) -> None:
     for btn in (ui["stop"], cmp["stop"]):
         btn.click(request_stop, None, None, api_visibility="private", queue=False)
     _wire_replay(ui, trace_state, panels)
+    ui["model"].change(show_example, [ui["model"], trace_state], run_out, api_visibility="private")
     ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
     demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)

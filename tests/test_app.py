@@ -259,3 +259,20 @@ def test_paper_tab_names_a_bad_prompt_file_instead_of_failing(tmp_path):
     bad.write_text("not json\n")
     note, _, _ = app.paper_ui(f"{app.DEFAULT_MODEL}|auto", str(bad), 1, 16, [], progress=lambda *a, **k: None)
     assert "error" in note.lower() and "bad.jsonl" in note
+
+
+def test_untrained_slim_factors_are_said_on_screen(default_pipeline):
+    from core.example import slim_factors_kind
+    cfg = app.make_config("slimspec", *app._default_settings(), 16, 0.0)
+    assert slim_factors_kind(default_pipeline, cfg) == "trained"  # the EAGLE pair ships factors at d/8
+    cfg = app.make_config("slimspec", 3072, 3, 3, 8192, 8, 3, 2, 6, 16, 0.0)  # rank 8: none shipped
+    assert slim_factors_kind(default_pipeline, cfg) == "svd"
+    assert "untrained" in app.trace_notes({"slim_factors": "svd"})[0] and not app.trace_notes({"slim_factors": "trained"})
+
+
+def test_switching_the_model_pair_shows_that_pairs_example_but_keeps_a_visitors_run():
+    example = app.initial_trace()
+    got = out(app.show_example(f"{app.DEFAULT_MODEL}|self", example))
+    assert got["trace"]["meta"]["draft"] == "self" and "tok" in got["text"]
+    own = {"meta": {"method": "nanospec"}, "records": []}
+    assert all(v == app.gr.skip() for v in app.show_example(f"{app.DEFAULT_MODEL}|self", own))
