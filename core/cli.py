@@ -1,4 +1,4 @@
-"""Command line: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime."""
+"""Command line: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|example."""
 import argparse
 import importlib
 import json
