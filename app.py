@@ -200,14 +200,19 @@ def remember_baseline(baselines: dict, key: str, baseline: dict, keep: int = 4) 
 
 def ar_baseline(pipe, prompt: str, cfg: SpecConfig, model_key: str, should_stop=lambda: False) -> dict:
     """Plain decoding of this prompt and settings, cached per process: it costs once per prompt+settings."""
-    global _AR_CACHE
     key = baseline_key(model_key, prompt, cfg)
     if key in _AR_CACHE:
         return _AR_CACHE[key]
     ar = baseline_of(run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop, RUN_MAX_SECONDS))
-    if not ar["summary"].get("cut"):
-        _AR_CACHE = remember_baseline(_AR_CACHE, key, ar, keep=AR_CACHE_SIZE)
+    remember_ar(key, ar)
     return ar
+
+
+def remember_ar(key: str, baseline: dict) -> None:
+    """Caches a whole (not cut) plain-decoding run for every later run of the same prompt and settings."""
+    global _AR_CACHE
+    if not baseline["summary"].get("cut"):
+        _AR_CACHE = remember_baseline(_AR_CACHE, key, baseline, keep=AR_CACHE_SIZE)
 
 
 def comparison(trace: dict) -> tuple:
@@ -391,7 +396,10 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start):
         live.cancel()  # a closed page stops the engine at its next step
     trace = live.result()
     t0 = time.perf_counter()
-    cached = _AR_CACHE.get(baseline_key(model_key, prompt, cfg))
+    key = baseline_key(model_key, prompt, cfg)
+    if cfg.method == "ar":
+        remember_ar(key, baseline_of(trace))
+    cached = _AR_CACHE.get(key)
     trace["meta"]["baseline"] = baseline_of(trace) if cfg.method == "ar" else cached
     needs_ar = cached is None and cfg.method != "ar" and not trace["meta"]["summary"].get("cut")
     yield _final_outputs(trace, "Plain decoding of the same prompt for the speedup and lossless check…"
@@ -453,7 +461,6 @@ def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, d
 
 
 def _compare_runs(pipe, prompt, methods, model_key, sess, settings):
-    global _AR_CACHE
     ordered = sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else 99)
     runs, errors = {}, {}
     for i, method in enumerate(ordered):
@@ -466,9 +473,8 @@ def _compare_runs(pipe, prompt, methods, model_key, sess, settings):
         except SpecError as e:
             errors[method] = str(e)
             continue
-        if method == "ar" and not runs[method]["meta"]["summary"].get("cut"):
-            key = baseline_key(model_key, prompt, cfg)
-            _AR_CACHE = remember_baseline(_AR_CACHE, key, baseline_of(runs[method]), keep=AR_CACHE_SIZE)
+        if method == "ar":
+            remember_ar(baseline_key(model_key, prompt, cfg), baseline_of(runs[method]))
         yield _compare_outputs(runs, errors, model_key, prompt)
     if errors:
         yield _compare_outputs(runs, errors, model_key, prompt)
