@@ -277,7 +277,7 @@ def source_note(trace: dict, live: bool = False) -> str:
     elif live:
         what = "your run"
     else:
-        what = "the shipped example trace" if m.get("example") else "a loaded trace"
+        what = "the shipped example" if m.get("example") else "a loaded trace"
     return (f'<div class="source-note">Showing {what}: <b>{esc(m.get("method", ""))}</b> on '
             f'<code>{esc(m.get("model", ""))}</code> ({esc(m.get("draft", ""))} draft).<span class="hint"> Press <b>Run</b> to '
             f'generate your own, or scrub the replay slider.</span>{measured_line(m) if not live else ""}</div>')

@@ -139,14 +139,17 @@ body.speclens-text-view .tok-bonus.tok-vmiss { background: rgba(161,66,244,.22);
   .card { padding: 3px 6px; }
   .card-v { font-size: 15px; }
   .card-k { font-size: 10.5px; line-height: 1.2; }
-  .text-scroll { max-height: 150px; padding: 6px 8px; }
+  .text-scroll { max-height: 136px; padding: 6px 8px; }
   .summary-footer { font-size: 11.5px; margin-top: 3px; }
   .source-note .hint, .legend-note, .legend .tok-prompt, .legend .tok-ar { display: none; }
   .source-note, .measured { font-size: 11px; line-height: 1.35; }
   .legend { margin-top: 4px; gap: 3px 6px; font-size: 11px; }
-  #coverage-plot { zoom: .86; }
+  #coverage-plot { zoom: .82; }
   #run-view { gap: 6px !important; }
-  #header h1 { font-size: 24px; margin: 0 !important; }
+  #header h1 { font-size: 22px !important; margin: 0 !important; line-height: 1.2 !important; }
+  .summary-footer .runtime { display: none; }
+  .legend { font-size: 10.5px; }
+  .legend .tok { padding: 0 2px; }
   #text-view label { padding: 0 8px !important; }
 }
 """

@@ -137,5 +137,8 @@ def measured_line(meta: dict) -> str:
     w = meta.get("measured")
     if not w:
         return ""
-    return (f'<div class="measured">Measured {esc(w.get("date", "")[:10])} on {esc(w.get("cpu", ""))} '
-            f'({esc(w.get("threads", ""))} threads, {esc(meta.get("runtime_note", ""))}); {esc(w.get("note", ""))}.</div>')
+    load = (w.get("load_avg_before") or [None])[0]
+    busy = f" (load {load:.1f})" if load is not None else ""
+    return (f'<div class="measured" title="{esc(w.get("note", ""))}">Measured {esc(w.get("date", "")[:10])} · '
+            f'{esc(w.get("cpu", ""))} · {esc(w.get("threads", ""))} threads · {esc(meta.get("runtime_note", ""))} · '
+            f'shared machine{esc(busy)}</div>')
