@@ -76,11 +76,11 @@ def _origin_note(records) -> tuple:
 
 def _footer(summary, method, lossless, runtime="") -> str:
     bits = [f"<b>{esc(method)}</b>" if method else "", f"{summary.get('new_tokens', 0)} tokens",
-            f"{summary.get('steps', 0)} steps", _cut(summary.get("cut", "")),
-            f'<span class="runtime">runtime: {esc(runtime)}</span>' if runtime else ""]
+            f"{summary.get('steps', 0)} steps", _cut(summary.get("cut", ""))]
     if lossless is not None:
         bits.append(lossless_badge(lossless))
-    return '<div class="summary-footer">' + " · ".join(b for b in bits if b) + "</div>"
+    tail = f'<span class="runtime"> · runtime: {esc(runtime)}</span>' if runtime else ""  # hidden on phones
+    return '<div class="summary-footer">' + " · ".join(b for b in bits if b) + tail + "</div>"
 
 
 def lossless_badge(verdict: dict) -> str:
