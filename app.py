@@ -7,7 +7,6 @@ import tempfile
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 
 import gradio as gr
@@ -19,14 +18,15 @@ from core.errors import SpecError
 from core.trace import StepRecord, summarize
 from viz import plots
 from viz.learn import learn_figure, learn_markdown
-from viz.panels import all_figures, render_panels
+from viz.panels import PANELS, all_figures, render_panels
 from viz.style import CSS
-from viz.summary import compare_table, summary_cards, speedup
+from viz.summary import compare_table, measured_line, summary_cards, speedup
 from viz.synthetic import synthetic_trace
 from viz.text import render_text
 from viz.tokens import esc, last_index
-from viz.tracefile import (EXAMPLE_PATH, add_vocab, load_example, missing_ids, new_trace, round_floats,
-                           save_trace)
+from core.example import (APP_MAX_NEW_TOKENS, EXAMPLES, LiveRun, baseline_of, finish_trace, lossless_verdict,
+                          run_to_end)
+from viz.tracefile import load_example, load_trace, save_trace
 
 try:  # ZeroGPU: a GPU is attached only inside functions decorated with spaces.GPU
     import spaces
@@ -60,6 +60,16 @@ FALLBACK_EXAMPLES = [
 _LOAD_LOCK = threading.Lock()
 _PAPER_LOCK = threading.Lock()
 _STOP = {}  # session hash -> stop requested, only while that session has a run going
+_AR_CACHE = {}  # baseline_key -> AR baseline, shared by every session (see ar_baseline)
+AR_CACHE_SIZE = 64
+FRAME_S = 1.0 / float(os.environ.get("SPECLENS_FPS", "5"))  # live run: panels sampled at this rate
+TEXT_VIEWS = ("the text", "with drafts")  # only what the target emitted | rejected drafts inline, struck
+# the text view is a page class (CSS hides rejected drafts): no server round trip; phones start on "the text"
+VIEW_JS = "(v) => { document.body.classList.toggle('speclens-text-view', v === 'the text'); return v; }"
+PHONE_VIEW_JS = ("() => { const v = window.innerWidth <= 640 ? 'the text' : 'with drafts'; "
+                 "document.body.classList.toggle('speclens-text-view', v === 'the text'); return v; }")
+RUN_OUT = ("trace", "step", "note", "text", "stream", "tree", "coverage", "active", "accept", "timing", "summary",
+           "files")  # the Run tab's outputs, in order
 LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds
 
 
@@ -168,80 +178,52 @@ def check_prompt(prompt: str) -> str:
     return prompt
 
 
-def trace_meta(pipe, prompt: str, cfg: SpecConfig) -> dict:
-    return {"prompt": prompt, "model": pipe.model_id, "draft": getattr(pipe, "draft_name", ""),
-            "runtime": getattr(pipe, "runtime_name", ""), "runtime_note": getattr(pipe, "runtime_note", ""),
-            "method": cfg.method, "cfg": cfg.to_dict(),
-            "vocab_size": getattr(pipe, "vocab_size", None), "created": datetime.now(timezone.utc).isoformat()}
-
-
-def iter_trace(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False):
-    """Runs the pipeline and yields (trace, record dict) with display strings for every id the record shows.
-
-    meta["gen_s"] counts only time inside the engine (not the consumer's rendering between steps)."""
-    trace = new_trace(trace_meta(pipe, prompt, cfg))
-    steps = pipe.run(prompt, cfg, chat=True, should_stop=should_stop, max_seconds=RUN_MAX_SECONDS)
-    gen_s = 0.0
-    try:
-        while True:
-            t0 = time.perf_counter()
-            rec = next(steps, None)  # the engine marks cut / finished on a record before yielding it
-            if rec is None:
-                break
-            d = rec.to_dict()
-            ids = missing_ids(trace, d)
-            if ids:
-                add_vocab(trace, ids, pipe.decode_tokens(ids))
-            gen_s += time.perf_counter() - t0
-            trace["records"].append(d)
-            trace["meta"]["gen_s"] = gen_s
-            yield trace, d
-    finally:
-        steps.close()  # a cancelled run releases the pipeline at once
-
-
-def finish_trace(trace: dict) -> dict:
-    recs = [StepRecord.from_dict(r) for r in trace["records"]]
-    trace["meta"]["summary"] = summarize(recs, wall_s=trace["meta"].get("gen_s"))
-    return trace["meta"]["summary"]
-
-
-def live_summary(trace: dict) -> dict:
-    """The run summary so far (while streaming)."""
-    return summarize([StepRecord.from_dict(r) for r in trace["records"]], wall_s=trace["meta"].get("gen_s"))
-
-
-def run_to_end(pipe, prompt: str, cfg: SpecConfig, should_stop=lambda: False) -> dict:
-    trace = None
-    for trace, _ in iter_trace(pipe, prompt, cfg, should_stop):
-        pass
-    if trace is None:
-        raise SpecError("the engine produced no steps")
-    finish_trace(trace)
-    return trace
-
-
 def emitted_ids(trace: dict) -> list:
     return [t for r in trace["records"] for t in r.get("emitted", [])]
 
 
-def is_lossless(trace: dict, ar_trace: dict) -> bool:
-    a, b = emitted_ids(trace), emitted_ids(ar_trace)
-    n = min(len(a), len(b))
-    return n > 0 and a[:n] == b[:n]
+def live_summary(trace: dict) -> dict:
+    """The run summary so far (while streaming): the engine's own tokens/s (its gen_s, not wall time)."""
+    return summarize([StepRecord.from_dict(r) for r in trace["records"]], wall_s=trace["meta"].get("gen_s"))
 
 
 def baseline_key(model_key, prompt, cfg: SpecConfig) -> str:
     return f"{model_key}\x00{prompt}\x00{cfg.max_new_tokens}\x00{cfg.temperature}\x00{cfg.seed}"
 
 
-def comparison(trace: dict, baselines: dict, key: str) -> tuple:
-    """(AR summary or None, lossless flag or None) for a finished run, from this session's AR runs."""
-    ar = (baselines or {}).get(key)
+def remember_baseline(baselines: dict, key: str, baseline: dict, keep: int = 4) -> dict:
+    """AR baselines (core.example.baseline_of), newest last, at most `keep` of them."""
+    out = {k: v for k, v in (baselines or {}).items() if k != key}
+    out[key] = baseline
+    return dict(list(out.items())[-keep:])
+
+
+def ar_baseline(pipe, prompt: str, cfg: SpecConfig, model_key: str, should_stop=lambda: False) -> dict:
+    """Plain decoding of this prompt and settings, cached per process: it costs once per prompt+settings."""
+    key = baseline_key(model_key, prompt, cfg)
+    if key in _AR_CACHE:
+        return _AR_CACHE[key]
+    ar = baseline_of(run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop, RUN_MAX_SECONDS))
+    remember_ar(key, ar)
+    return ar
+
+
+def remember_ar(key: str, baseline: dict) -> None:
+    """Caches a whole (not cut) plain-decoding run for every later run of the same prompt and settings."""
+    global _AR_CACHE
+    if not baseline["summary"].get("cut"):
+        _AR_CACHE = remember_baseline(_AR_CACHE, key, baseline, keep=AR_CACHE_SIZE)
+
+
+def comparison(trace: dict) -> tuple:
+    """(AR summary or None, compare_to_ar verdict or None) for a finished run and its meta["baseline"].
+    No verdict when sampling or when either run was cut short (a partial run says nothing)."""
+    ar = trace["meta"].get("baseline")
     if not ar or trace["meta"]["method"] == "ar":
         return None, None
     greedy = float(trace["meta"]["cfg"].get("temperature", 0)) == 0.0
-    return ar["meta"]["summary"], (is_lossless(trace, ar) if greedy else None)
+    whole = not trace["meta"]["summary"].get("cut") and not ar["summary"].get("cut")
+    return ar["summary"], (lossless_verdict(trace, ar) if greedy and whole else None)
 
 
 # ---------------------------------------------------------------- files
@@ -255,16 +237,26 @@ def write_downloads(trace: dict) -> list:
     return [str(trace_path), str(html_path)]
 
 
-def write_example_trace(prompt: str | None, method: str, max_new: int, path=EXAMPLE_PATH) -> Path:
-    """Runs the default model once and ships the trace (used by `python app.py --write-example-trace`)."""
-    pipe = pipeline_class().load(model_id=DEFAULT_MODEL, draft="auto")
-    prompt = prompt or example_prompts()[0][1]
-    cfg = SpecConfig(method=method, max_new_tokens=max_new).validate(vocab_size=pipe.vocab_size)
-    trace = run_to_end(pipe, prompt, cfg)
-    trace["meta"]["example"] = True
-    out = save_trace(round_floats(trace), path)
-    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {len(trace['records'])} records)")
-    return out
+def example_for(model_key: str) -> dict | None:
+    """The shipped example trace of a model pair (python -m core example), or None."""
+    path = EXAMPLES.get(parse_model_key(model_key))
+    try:
+        trace = load_trace(path) if path else None
+    except (OSError, ValueError):
+        return None
+    if trace is not None and not trace["meta"].get("summary"):
+        finish_trace(trace)
+    return trace
+
+
+def show_example(model_key: str, trace: dict) -> list:
+    """Model pair changed: show its shipped example, unless the panels show the visitor's own run."""
+    new = example_for(model_key) if (trace or {}).get("meta", {}).get("example") else None
+    if new is None:
+        return outputs()
+    n = last_index(new)
+    return outputs(trace=new, step=gr.Slider(maximum=max(n, 1), value=n), note=source_note(new),
+                   summary=summary_for(new), files=write_downloads(new), **panels_of(new, None))
 
 
 def initial_trace() -> dict:
@@ -285,29 +277,48 @@ def source_note(trace: dict, live: bool = False) -> str:
     elif live:
         what = "your run"
     else:
-        what = "the shipped example trace" if m.get("example") else "a loaded trace"
+        what = "the shipped example" if m.get("example") else "a loaded trace"
     return (f'<div class="source-note">Showing {what}: <b>{esc(m.get("method", ""))}</b> on '
-            f'<code>{esc(m.get("model", ""))}</code>. Press <b>Run</b> to generate your own, or scrub the replay slider.</div>')
+            f'<code>{esc(m.get("model", ""))}</code> ({esc(m.get("draft", ""))} draft).<span class="hint"> Press <b>Run</b> to '
+            f'generate your own, or scrub the replay slider.</span>{measured_line(m) if not live else ""}</div>')
 
 
 def error_note(msg: str) -> str:
     return f'<div class="error-box" role="alert">⚠ {esc(msg)}</div>'
 
 
-def panel_values(trace: dict, step=None, with_plots=True) -> list:
+def outputs(**named) -> list:
+    """Run-tab outputs by name (RUN_OUT order); the ones not named stay as they are."""
+    unknown = set(named) - set(RUN_OUT)
+    assert not unknown, unknown
+    return [named.get(k, gr.skip()) for k in RUN_OUT]
+
+
+def panels_of(trace: dict, step=None, with_plots=True) -> dict:
     p = render_panels(trace, step, with_plots=with_plots)
-    plot_vals = [p[k] for k in ("coverage", "active", "accept", "timing")] if with_plots else [gr.skip()] * 4
-    return [p["text"], p["stream"], p["tree"]] + plot_vals
+    return {k: p.get(k, gr.skip()) for k in PANELS}
 
 
-def summary_for(trace: dict, baselines: dict, model_key: str = "") -> str:
+def panel_values(trace: dict, step=None, with_plots=True) -> list:
+    return list(panels_of(trace, step, with_plots).values())
+
+
+def summary_for(trace: dict) -> str:
     s = trace.get("meta", {}).get("summary")
     if not s:
         return summary_cards({})
-    key = trace["meta"].get("baseline_key", "")
-    ar, lossless = comparison(trace, baselines, key)
-    return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=lossless,
-                         runtime=trace["meta"].get("runtime_note", ""))
+    ar, verdict = comparison(trace)
+    return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=verdict,
+                         runtime=trace["meta"].get("runtime_note", ""), records=trace["records"],
+                         notes=trace_notes(trace["meta"]))
+
+
+def trace_notes(meta: dict) -> tuple:
+    """Footer lines that change how to read the run."""
+    if meta.get("slim_factors") == "svd":
+        return ("SlimSpec factors here are untrained (a truncated SVD of the head, no training on this pair): "
+                "expect most drafts rejected. Trained factors ship with the EAGLE draft head at its default rank.",)
+    return ()
 
 
 def replay(trace: dict, step) -> list:
@@ -350,83 +361,74 @@ def request_stop(request: gr.Request = None):
 
 
 @GPU
-def run_ui(prompt, model_key, method, with_ar, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size,
-           max_new, temperature, baselines, request: gr.Request = None):
-    """Run tab: streams every panel once per step (outputs: see _wire's run_out)."""
+def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
+           temperature, request: gr.Request = None):
+    """Run tab: the engine runs in a worker at full speed; the panels sample it FRAME_S apart (RUN_OUT)."""
     sess, t_start = _session(request), time.perf_counter()
     _STOP[sess] = False
     try:
         prompt = check_prompt(prompt)
-        yield [gr.skip(), gr.skip(), status_note("Starting (the first run also loads the model)…")] + [gr.skip()] * 10
+        yield outputs(note=status_note("Starting (the first run also loads the model)…"))
         pipe = load_pipeline(model_key)
         cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
                           temperature, vocab_size=getattr(pipe, "vocab_size", None))
-        yield from _stream_run(pipe, prompt, cfg, model_key, baselines, lambda: _STOP.get(sess, False), with_ar,
-                               t_start)
+        yield from _stream_run(pipe, prompt, cfg, model_key, lambda: _STOP.get(sess, False), t_start)
     except SpecError as e:
         gr.Warning(str(e))
-        yield _error_outputs(str(e))
+        yield outputs(note=error_note(str(e)))
     except Exception as e:  # keep serving; the server log has the traceback
         traceback.print_exc()
         gr.Warning(f"internal error: {type(e).__name__}: {e}")
-        yield _error_outputs(f"internal error: {type(e).__name__}: {e}")
+        yield outputs(note=error_note(f"internal error: {type(e).__name__}: {e}"))
     finally:
         _STOP.pop(sess, None)
 
 
-def _stream_run(pipe, prompt, cfg, model_key, baselines, should_stop, with_ar=False, t_start=None):
-    last_plot, trace, render_s = time.perf_counter(), None, 0.0  # first plot refresh after PLOT_EVERY_S
-    for trace, rec in iter_trace(pipe, prompt, cfg, should_stop):
-        t0 = time.perf_counter()
-        with_plots = t0 - last_plot >= PLOT_EVERY_S
-        last_plot = t0 if with_plots else last_plot
-        n = last_index(trace)
-        live = summary_cards(live_summary(trace), cfg.method) if with_plots else gr.skip()
-        out = ([trace, gr.Slider(maximum=max(n, 1), value=n), _running_note(trace)]
-               + panel_values(trace, None, with_plots) + [live, gr.skip(), gr.skip()])
-        render_s += time.perf_counter() - t0
-        if n == 0:
-            LAST_RUN_STATS["first_gen_s"] = trace["meta"]["gen_s"]  # engine time up to the first record
-        yield out
-    if trace is None:
-        raise SpecError("the engine produced no steps")
-    if with_ar and cfg.method != "ar" and not should_stop():
-        note = status_note("Running plain decoding for the speedup and lossless check…")
-        yield [gr.skip(), gr.skip(), note] + [gr.skip()] * 10
-        baselines = _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop)
+def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start):
+    live, render_s = LiveRun(pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS).start(), 0.0
+    try:
+        while not live.done.wait(FRAME_S):
+            t0 = time.perf_counter()
+            frame = live_frame(live.snapshot(), cfg.method)
+            render_s += time.perf_counter() - t0
+            yield frame
+    finally:
+        live.cancel()  # a closed page stops the engine at its next step
+    trace = live.result()
     t0 = time.perf_counter()
-    final = _final_outputs(trace, model_key, baselines)
-    now = time.perf_counter()
-    LAST_RUN_STATS.update(gen_s=trace["meta"]["gen_s"], render_s=render_s + now - t0, steps=len(trace["records"]),
-                          method=cfg.method, handler_s=now - (t_start or t0))
-    yield final
-
-
-def _with_ar_baseline(pipe, prompt, cfg, model_key, baselines, should_stop) -> dict:
     key = baseline_key(model_key, prompt, cfg)
-    if key in (baselines or {}):
-        return baselines
-    ar = run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop)
-    return remember_baseline(baselines, key, ar)
+    if cfg.method == "ar":
+        remember_ar(key, baseline_of(trace))
+    cached = _AR_CACHE.get(key)
+    trace["meta"]["baseline"] = baseline_of(trace) if cfg.method == "ar" else cached
+    needs_ar = cached is None and cfg.method != "ar" and not trace["meta"]["summary"].get("cut")
+    yield _final_outputs(trace, "Plain decoding of the same prompt for the speedup and lossless check…"
+                         if needs_ar else "")
+    render_s += time.perf_counter() - t0
+    LAST_RUN_STATS.update(gen_s=trace["meta"]["gen_s"], first_gen_s=trace["meta"].get("first_s", 0.0),
+                          render_s=render_s, steps=len(trace["records"]), method=cfg.method,
+                          tokens_per_s=trace["meta"]["summary"]["tokens_per_s"],
+                          handler_s=time.perf_counter() - t_start)
+    if needs_ar:
+        trace["meta"]["baseline"] = ar_baseline(pipe, prompt, cfg, model_key, should_stop)
+        yield outputs(trace=trace, note=source_note(trace, live=True), summary=summary_for(trace),
+                      files=write_downloads(trace))
 
 
-def remember_baseline(baselines: dict, key: str, ar_trace: dict, keep: int = 4) -> dict:
-    """This session's AR runs, newest last, at most `keep` of them."""
-    out = {k: v for k, v in (baselines or {}).items() if k != key}
-    out[key] = ar_trace
-    return dict(list(out.items())[-keep:])
+def live_frame(snap: dict, method: str) -> list:
+    """One sampled frame of a running generation: text, stream, tree, note and the engine's own numbers."""
+    if not snap["records"]:
+        return outputs(note=status_note("Prefill…"))
+    return outputs(note=_running_note(snap), summary=summary_cards(live_summary(snap), method, records=snap["records"],
+                                                                   notes=trace_notes(snap["meta"])),
+                   **panels_of(snap, None, with_plots=False))
 
 
-def _final_outputs(trace, model_key, baselines) -> list:
-    finish_trace(trace)
-    cfg = SpecConfig.from_dict(trace["meta"]["cfg"])
-    key = baseline_key(model_key, trace["meta"]["prompt"], cfg)
-    trace["meta"]["baseline_key"] = key
-    if trace["meta"]["method"] == "ar":
-        baselines = remember_baseline(baselines, key, trace)
+def _final_outputs(trace, pending: str = "") -> list:
     n = last_index(trace)
-    return ([trace, gr.Slider(maximum=max(n, 1), value=n), source_note(trace, live=True)]
-            + panel_values(trace, None) + [summary_for(trace, baselines), write_downloads(trace), baselines])
+    note = status_note(pending) if pending else source_note(trace, live=True)
+    return outputs(trace=trace, step=gr.Slider(maximum=max(n, 1), value=n), note=note, summary=summary_for(trace),
+                   files=write_downloads(trace), **panels_of(trace, None))
 
 
 def _running_note(trace) -> str:
@@ -434,14 +436,10 @@ def _running_note(trace) -> str:
     return f'<div class="source-note">Generating… step {n - 1} · {len(emitted_ids(trace))} tokens</div>'
 
 
-def _error_outputs(msg: str) -> list:
-    return [gr.skip(), gr.skip(), error_note(msg)] + [gr.skip()] * 10
-
-
 @GPU
 def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-               temperature, baselines, request: gr.Request = None):
-    """Compare tab: the same prompt under several methods; yields after each method."""
+               temperature, request: gr.Request = None):
+    """Compare tab: the same prompt under several methods; yields after each method (table, plot, texts)."""
     sess = _session(request)
     _STOP[sess] = False
     try:
@@ -449,46 +447,46 @@ def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, d
         if not methods:
             raise SpecError("pick at least one method to compare")
         pipe = load_pipeline(model_key)
-        yield from _compare_runs(pipe, prompt, list(methods), model_key, baselines, sess,
+        yield from _compare_runs(pipe, prompt, list(methods), model_key, sess,
                                  (w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature))
     except SpecError as e:
         gr.Warning(str(e))
-        yield [error_note(str(e)), gr.skip(), gr.skip(), gr.skip()]
+        yield [error_note(str(e)), gr.skip(), gr.skip()]
     except Exception as e:
         traceback.print_exc()
         gr.Warning(f"internal error: {type(e).__name__}: {e}")
-        yield [error_note(f"internal error: {type(e).__name__}: {e}"), gr.skip(), gr.skip(), gr.skip()]
+        yield [error_note(f"internal error: {type(e).__name__}: {e}"), gr.skip(), gr.skip()]
     finally:
         _STOP.pop(sess, None)
 
 
-def _compare_runs(pipe, prompt, methods, model_key, baselines, sess, settings):
+def _compare_runs(pipe, prompt, methods, model_key, sess, settings):
     ordered = sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else 99)
-    runs, errors, baselines = {}, {}, dict(baselines or {})
+    runs, errors = {}, {}
     for i, method in enumerate(ordered):
         if _STOP.get(sess, False):
             break
-        yield [status_note(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip(), gr.skip()]
+        yield [status_note(f"running {method} ({i + 1}/{len(ordered)})…"), gr.skip(), gr.skip()]
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
-            runs[method] = run_to_end(pipe, prompt, cfg, lambda: _STOP.get(sess, False))
+            runs[method] = run_to_end(pipe, prompt, cfg, lambda: _STOP.get(sess, False), RUN_MAX_SECONDS)
         except SpecError as e:
             errors[method] = str(e)
             continue
         if method == "ar":
-            baselines = remember_baseline(baselines, baseline_key(model_key, prompt, cfg), runs[method])
-        yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]
+            remember_ar(baseline_key(model_key, prompt, cfg), baseline_of(runs[method]))
+        yield _compare_outputs(runs, errors, model_key, prompt)
     if errors:
-        yield _compare_outputs(runs, errors, baselines, model_key, prompt) + [baselines]
+        yield _compare_outputs(runs, errors, model_key, prompt)
 
 
-def _compare_outputs(runs: dict, errors: dict, baselines: dict, model_key: str, prompt: str) -> list:
+def _compare_outputs(runs: dict, errors: dict, model_key: str, prompt: str) -> list:
     rows = []
     for method, trace in runs.items():
-        key = baseline_key(model_key, prompt, SpecConfig.from_dict(trace["meta"]["cfg"]))
-        ar, lossless = comparison(trace, baselines, key)
-        rows.append({"method": method, "summary": trace["meta"]["summary"],
-                     "speedup": speedup(trace["meta"]["summary"], ar), "lossless": lossless})
+        trace["meta"]["baseline"] = _AR_CACHE.get(baseline_key(model_key, prompt, SpecConfig.from_dict(trace["meta"]["cfg"])))
+        ar, verdict = comparison(trace)
+        rows.append({"method": method, "summary": trace["meta"]["summary"], "records": trace["records"],
+                     "speedup": speedup(trace["meta"]["summary"], ar), "lossless": verdict})
     rows += [{"method": m, "error": msg} for m, msg in errors.items()]
     fig = plots.compare_coverage_fig({m: t["records"] for m, t in runs.items()})
     return [compare_table(rows), fig, compare_texts(runs)]
@@ -517,7 +515,7 @@ def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) ->
         prompt = check_prompt(prompt)
         pipe = load_pipeline(f"{DEFAULT_MODEL}|auto")
         cfg = make_config(method, *_default_settings(), n, 0.0, vocab_size=getattr(pipe, "vocab_size", None))
-        trace = run_to_end(pipe, prompt, cfg)
+        trace = run_to_end(pipe, prompt, cfg, max_seconds=RUN_MAX_SECONDS)
     except SpecError as e:
         raise gr.Error(str(e)) from None
     except Exception as e:  # the traceback goes to the server log, the user gets one line
@@ -573,8 +571,8 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
     example = initial_trace()
     with gr.Blocks(title="SpecLens · speculative decoding, step by step") as demo:
         gr.Markdown("# SpecLens\nWatch speculative decoding step by step: what the drafter proposed, what the "
-                    "target kept, which tokens NanoSpec's dynamic vocabulary covered, and where the time went.")
-        baselines = gr.State({})
+                    "target kept, which tokens NanoSpec's dynamic vocabulary covered, and where the time went.",
+                    elem_id="header")
         trace_state = gr.State(example)
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
@@ -586,7 +584,7 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
             with gr.Tab("Learn", id="learn"):
                 gr.HTML(learn_figure())
                 gr.Markdown(learn_markdown())
-        _wire(demo, ui, cmp, trace_state, baselines)
+        _wire(demo, ui, cmp, trace_state)
         pap["run"].click(paper_ui, [ui["model"], pap["upload"], pap["limit"], pap["max_new"], pap["categories"]],
                          [pap["note"], pap["report"], pap["files"]], concurrency_id="model", concurrency_limit=1,
                          api_visibility="private")
@@ -596,8 +594,8 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
 def _run_tab(example: dict, hub: bool) -> dict:
     ui, v = {}, render_panels(example, None)
     examples = example_prompts()
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=2, min_width=320):
+    with gr.Row(equal_height=False, elem_id="run-main"):
+        with gr.Column(scale=2, min_width=320, elem_id="run-controls"):
             ui["prompt"] = gr.Textbox(value=examples[0][1], label="Prompt", lines=4, max_lines=12,
                                       info="What the target model should answer (chat template applied).",
                                       elem_id="prompt-box")
@@ -610,25 +608,25 @@ def _run_tab(example: dict, hub: bool) -> dict:
             ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
                                     info="ar plain · full full-vocab head · frspec static top-K · nanospec "
                                          "dynamic I_t · slimspec low-rank head · nanoslim both")
-            ui["with_ar"] = gr.Checkbox(False, label="Also run plain decoding (AR) afterwards",
-                                        info="Gives the speedup vs AR and checks the text is identical (lossless).")
             ui.update(_settings_accordion())
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-btn")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-        with gr.Column(scale=3, min_width=320):
+        with gr.Column(scale=3, min_width=320, elem_id="run-view"):
             ui["note"] = gr.HTML(source_note(example), elem_id="source-note")
-            ui["summary"] = gr.HTML(summary_for(example, {}), elem_id="summary")
+            ui["summary"] = gr.HTML(summary_for(example), elem_id="summary")
+            ui["view"] = gr.Radio(list(TEXT_VIEWS), value="with drafts", show_label=False, container=False,
+                                  elem_id="text-view")
             ui["text"] = gr.HTML(v["text"], label="Text", elem_id="text-panel")
+            ui["coverage"] = gr.Plot(v["coverage"], label="Coverage", elem_id="coverage-plot", show_label=False)
     ui.update(_replay_row(example))
     ui["stream"] = gr.HTML(v["stream"], elem_id="stream-panel")
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
             ui["tree"] = gr.HTML(v["tree"], elem_id="tree-panel")
         with gr.Column(scale=1, min_width=300):
-            ui["coverage"] = gr.Plot(v["coverage"], label="Coverage", elem_id="coverage-plot", show_label=False)
+            ui["active"] = gr.Plot(v["active"], label="|I_t|", elem_id="active-plot", show_label=False)
     with gr.Row(equal_height=False):
-        ui["active"] = gr.Plot(v["active"], label="|I_t|", elem_id="active-plot", show_label=False, min_width=280)
         ui["accept"] = gr.Plot(v["accept"], label="Acceptance length", elem_id="accept-plot", show_label=False,
                                min_width=280)
         ui["timing"] = gr.Plot(v["timing"], label="Time split", elem_id="timing-plot", show_label=False,
@@ -660,7 +658,7 @@ def _settings_accordion() -> dict:
             s["tree_size"] = gr.Slider(1, 64, value=c.tree_size, step=1, label="Tree size",
                                        info="Draft nodes kept for verification.")
         with gr.Row():
-            s["max_new"] = gr.Slider(8, UI_MAX_NEW_TOKENS, value=64, step=8, label="Max new tokens",
+            s["max_new"] = gr.Slider(8, UI_MAX_NEW_TOKENS, value=APP_MAX_NEW_TOKENS, step=8, label="Max new tokens",
                                      info="Generation length cap (short runs are faster on CPU).")
             s["temperature"] = gr.Slider(0, 2, value=0.0, step=0.05, label="Temperature",
                                          info="0 = greedy (exactly lossless); > 0 samples.")
@@ -724,22 +722,26 @@ def _paper_tab() -> dict:
     return p
 
 
-def _wire(demo, ui, cmp, trace_state, baselines) -> None:
+def _wire(demo, ui, cmp, trace_state) -> None:
     panels = _panel_comps(ui)
     settings = [ui[k] for k in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size",
                                 "max_new", "temperature")]
-    run_out = [trace_state, ui["step"], ui["note"]] + panels + [ui["summary"], ui["files"], baselines]
+    named = {"trace": trace_state, **{k: ui[k] for k in RUN_OUT if k != "trace"}}
+    run_out = [named[k] for k in RUN_OUT]
     model_events = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
-    ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"], ui["with_ar"]] + settings + [baselines],
+    ui["run"].click(run_ui, [ui["prompt"], ui["model"], ui["method"]] + settings,
                     run_out, **model_events)
-    cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings + [baselines],
-                     [cmp["table"], cmp["plot"], cmp["texts"], baselines], **model_events)
+    cmp["run"].click(compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings,
+                     [cmp["table"], cmp["plot"], cmp["texts"]], **model_events)
     # Stop = a per-session flag the engine polls between steps: the run ends at the next step boundary and
     # keeps its partial trace (summary shows "stopped"). Gradio's cancels= left outputs in an "Error" state
     # and, when it hit the first step, blocked the next Run click in gradio 6.31.
     for btn in (ui["stop"], cmp["stop"]):
         btn.click(request_stop, None, None, api_visibility="private", queue=False)
     _wire_replay(ui, trace_state, panels)
+    ui["model"].change(show_example, [ui["model"], trace_state], run_out, api_visibility="private")
+    ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
+    demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)
 
 
@@ -777,18 +779,7 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"))
     ap.add_argument("--no-preload", action="store_true", help="do not load the default model at startup")
-    ap.add_argument("--write-example-trace", action="store_true", help=f"regenerate {EXAMPLE_PATH.name} and exit")
-    ap.add_argument("--prompt", default=None, help="prompt for --write-example-trace")
-    ap.add_argument("--method", default="nanospec", choices=METHODS)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
     args = ap.parse_args(argv)
-    if args.write_example_trace:
-        try:
-            write_example_trace(args.prompt, args.method, args.max_new_tokens)
-        except SpecError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
     if not args.no_preload and os.environ.get("SPECLENS_PRELOAD", "1") != "0":
         preload_default_model()
     launch(build_demo(), port=args.port, host=args.host)

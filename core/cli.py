@@ -1,4 +1,4 @@
-"""Command line: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime."""
+"""Command line: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|example."""
 import argparse
 import importlib
 import json
@@ -20,6 +20,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "bench-runtime": "core.runtime_bench",
     "device-check": "core.device_check",
     "export": "core.export",
+    "example": "core.example",
 }
 
 

@@ -117,9 +117,17 @@ class Pipeline:
             self._slim[(rank, init)] = trained or svd_factors(W, rank)
         return self._slim[(rank, init)]
 
-    def _trained_slim(self, rank):
+    def slim_trained(self, rank: int) -> bool:
+        """Whether slim_factors(rank, "trained") finds trained factors (else it falls back to SVD)."""
+        return self._slim_path(rank or max(self.drafter.head_weight.shape[1] // 8, 1)) is not None
+
+    def _slim_path(self, rank):
         path = head_dir(self.model_id) / f"slim_r{rank}.safetensors"
-        if self.draft_name != "eagle" or not path.exists():
+        return path if self.draft_name == "eagle" and path.exists() else None
+
+    def _trained_slim(self, rank):
+        path = self._slim_path(rank)
+        if path is None:
             return None
         from safetensors.torch import load_file
         sd = load_file(str(path))

@@ -69,10 +69,15 @@ def browser():
         b.close()
 
 
+def card(page, name: str) -> str:
+    return page.locator(f'#summary [data-card="{name}"] .card-v').inner_text()
+
+
 def open_page(browser, url, width=1400, height=900):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(url)
     page.wait_for_selector("#text-panel .tok-acc", timeout=60_000)
+    page.evaluate("window.__firstPaint = performance.now() / 1000")
     page.wait_for_selector("#coverage-plot .js-plotly-plot .scatterlayer .trace", timeout=60_000)
     return page
 
@@ -81,7 +86,8 @@ def test_example_is_shown_before_any_run(browser, url):
     page = open_page(browser, url)
     assert page.locator("#text-panel .tok-acc").count() > 0
     assert page.locator("#stream-panel .stream-window .chip").count() > 0
-    assert page.locator("#summary .card").count() == 6
+    assert page.locator("#summary .card").count() == 7
+    assert page.locator('#summary [data-card="tokens/s"] .card-v').inner_text() != "0.3"
     page.screenshot(path=str(ART / "example-desktop.png"), full_page=True)
     page.close()
 
@@ -110,6 +116,10 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     assert page.locator("#downloads a").count() >= 2
     page.screenshot(path=str(ART / "run-desktop.png"), full_page=True)
     stats = dict(app.LAST_RUN_STATS)
+    shown = float(card(page, "tokens/s"))
+    assert abs(shown - stats["tokens_per_s"]) <= 0.1 * stats["tokens_per_s"], (shown, stats["tokens_per_s"])
+    assert card(page, "speedup vs AR").endswith("×"), "no speedup with no checkbox ticked"
+    assert page.locator("#summary .badge-ok").count() == 1, "no lossless verdict"
     notes = page.evaluate("window.__notes")
     starting = next((s for s, txt in notes if "Starting" in txt), None)
     metrics = {"first_step_latency_s": round(first, 3), "first_step_engine_s": round(stats["first_gen_s"], 3), "click_to_handler_start_s": starting and round(starting, 3), "click_to_done_s": round(total, 3),
@@ -125,11 +135,63 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     page.close()
 
 
-def test_phone_layout(browser, url):
+def test_phone_layout_starts_on_the_text_with_text_and_coverage_above_the_fold(browser, url):
     page = open_page(browser, url, width=390, height=844)
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    page.wait_for_selector("body.speclens-text-view", timeout=30_000)
+    page.wait_for_selector("#coverage-plot .js-plotly-plot", timeout=60_000)
     page.screenshot(path=str(ART / "example-phone.png"), full_page=True)
     assert overflow <= 2, f"page scrolls sideways on a phone by {overflow}px"
+    assert page.locator("#text-panel del.tok-rej").first.is_hidden()
+    for sel in ("#text-panel .text-scroll", "#coverage-plot"):
+        box = page.locator(sel).bounding_box()
+        assert box["y"] + box["height"] <= 844, f"{sel} ends at {box['y'] + box['height']:.0f}px, below the fold"
+    page.close()
+
+
+def test_text_view_switch_hides_and_shows_rejected_drafts(browser, url):
+    page = open_page(browser, url)
+    assert page.locator("#text-panel del.tok-rej").first.is_visible()
+    page.locator("#text-view").get_by_label("the text").check()
+    page.wait_for_selector("body.speclens-text-view", timeout=30_000)
+    assert page.locator("#text-panel del.tok-rej").first.is_hidden()
+    assert "drafts rejected here" in page.locator("#text-panel .tok-bonus[title*='rejected here']").first.get_attribute("title")
+    page.locator("#text-view").get_by_label("with drafts").check()
+    page.wait_for_selector("#text-panel del.tok-rej", state="visible", timeout=30_000)
+    page.close()
+
+
+def test_first_paint_shows_the_example_and_no_stale_speed(browser, url):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("#text-panel .tok-acc", timeout=60_000)
+    nav = page.evaluate("performance.now() / 1000")  # from navigation start to the example's text
+    page.wait_for_selector("#coverage-plot .js-plotly-plot", timeout=60_000)
+    plot = page.evaluate("performance.now() / 1000")
+    print(f"first paint: example text {nav:.2f}s, coverage plot {plot:.2f}s after navigation start")
+    (ART / "first-paint.json").write_text(json.dumps({"text_s": round(nav, 3), "plot_s": round(plot, 3)}))
+    assert "0.3 tokens/s" not in page.inner_text("body") and card(page, "tokens/s") != "0.3"
+    assert card(page, "speedup vs AR").endswith("×") and page.locator("#summary .badge-ok").count() == 1
+    page.close()
+
+
+@needs_pipeline
+def test_frspec_with_a_small_vocabulary_shows_vocabulary_misses(browser, url):
+    page = open_page(browser, url)
+    set_max_tokens(page, "32")
+    fr = page.get_by_label("number input for FR-Spec size K")
+    fr.fill("256")
+    fr.press("Enter")
+    page.locator("#run-controls").get_by_label("frspec").check()
+    page.locator("#run-btn").click()
+    page.wait_for_function("() => !/shipped example/.test(document.querySelector('#source-note').innerText)",
+                           timeout=60_000)
+    page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
+    marks = page.locator("#text-panel .tok-bonus.tok-vmiss")
+    assert marks.count() >= 1, "no vocabulary-miss mark on an FR-Spec run with K = 256"
+    assert "outside I_t: no draft could propose it" in marks.first.get_attribute("title")
+    misses, corrections = (int(x) for x in card(page, "vocab misses").split("/"))
+    assert 1 <= misses <= corrections
     page.close()
 
 

@@ -10,7 +10,7 @@ from viz import plots
 from viz.learn import learn_figure, learn_markdown
 from viz.panels import PANELS, render_panels
 from viz.stream import arrival_log, render_stream, s_entries
-from viz.summary import compare_table, lm_head_share, summary_cards
+from viz.summary import accepted_by_origin, compare_table, lm_head_share, summary_cards, vocab_misses
 from viz.synthetic import synthetic_trace
 from viz.text import rejected_nodes, render_text
 from viz.tracefile import load_trace, missing_ids, round_floats, save_trace
@@ -178,12 +178,14 @@ def test_summary_cards():
          "timing_ms": {"draft_backbone": 30, "lm_head": 10, "gather": 0, "verify": 60, "other": 0},
          "new_tokens": 40, "steps": 16, "cut": ""}
     assert lm_head_share(s) == pytest.approx(0.25)
-    html = summary_cards(s, "nanospec", baseline={"tokens_per_s": 10.0}, lossless=True)
+    html = summary_cards(s, "nanospec", baseline={"tokens_per_s": 10.0},
+                         lossless={"identical": True, "first_diff": None, "tie": False})
     assert "2.00×" in html and "lossless ✓" in html and "97.0%" in html and "25%" in html
     assert "—" in summary_cards(s)  # no baseline: no speedup
     assert "summary-empty" in summary_cards({})
-    table = compare_table([{"method": "nanospec", "summary": s, "speedup": 1.5, "lossless": False}])
-    assert "1.50×" in table and "differs" in table
+    table = compare_table([{"method": "nanospec", "summary": s, "speedup": 1.5,
+                            "lossless": {"identical": False, "first_diff": 7, "tie": False}}])
+    assert "1.50×" in table and "differs from AR at token 7" in table
 
 
 def test_trace_file_roundtrip(tmp_path, trace):
@@ -217,3 +219,46 @@ def test_chip_labels_show_whitespace_on_one_line():
 def test_summary_footer_names_the_runtime_and_why():
     html = summary_cards({"new_tokens": 4, "steps": 2}, "nanospec", runtime="eager (fast runtime does not cover gemma2)")
     assert "runtime: eager (fast runtime does not cover gemma2)" in html
+
+
+def _step(emitted, in_vocab, accepted, tree_tokens, parents, origin=None):
+    tree = {"tokens": tree_tokens, "parents": parents, "logp": [-0.1] * len(tree_tokens),
+            "in_vocab": [True] * len(tree_tokens)}
+    if origin is not None:
+        tree["origin"] = origin
+    return {"step": 1, "kind": "step", "tree": tree, "accepted": accepted, "emitted": emitted,
+            "emitted_in_vocab": in_vocab, "emitted_draft_p": [0.9] * (len(emitted) - 1) + [None]}
+
+
+def _trace_of(*recs):
+    vocab = {str(i): f"w{i}" for i in range(10)}
+    return {"meta": {"prompt": "p", "vocab": vocab, "method": "frspec"}, "records": list(recs)}
+
+
+def test_a_correction_outside_the_draft_vocabulary_is_a_vocabulary_miss():
+    # node 0 accepted, node 1 (child of 0) rejected, the target's correction 7 lay outside I_t
+    html = render_text(_trace_of(_step([3, 7], [True, False], [0], [3, 4], [-1, 0])))
+    assert re.search(r'class="tok tok-bonus tok-vmiss" title="[^"]*outside I_t: no draft could propose it', html)
+    assert "drafts rejected here: &#x27;w4&#x27;" in html  # the rejected draft, one hover away
+
+
+def test_a_correction_inside_the_draft_vocabulary_is_a_model_miss():
+    html = render_text(_trace_of(_step([3, 7], [True, True], [0], [3, 4], [-1, 0])), legend=False)
+    assert "tok-vmiss" not in html and "target correction" in html
+
+
+def test_vocab_miss_card_counts_corrections_outside_I_t():
+    recs = [_step([3, 7], [True, False], [0], [3, 4], [-1, 0]), _step([3, 7], [True, True], [0], [3, 4], [-1, 0]),
+            _step([3, 4, 8], [True, True, False], [0, 1], [3, 4], [-1, 0])]  # a bonus after full acceptance
+    assert vocab_misses(recs) == (1, 2)
+    s = {"tokens_per_s": 1.0, "new_tokens": 7, "steps": 3}
+    assert ">1 / 2<" in summary_cards(s, "frspec", records=recs)
+
+
+def test_context_drafted_tokens_are_marked_and_counted_by_origin():
+    rec = _step([3, 4, 7], [True, True, True], [0, 1], [3, 4, 5], [-1, 0, 0], origin=["model", "context", "model"])
+    html = render_text(_trace_of(rec))
+    assert html.count("tok-acc tok-ctx") == 1 + 1  # the token and its legend key
+    assert accepted_by_origin([rec]) == {"model": 1, "context": 1}
+    assert accepted_by_origin([_step([3, 7], [True, True], [0], [3, 4], [-1, 0])]) == {}
+    assert "1 from context" in summary_cards({"new_tokens": 3, "steps": 1}, "nanospec", records=[rec])

@@ -117,3 +117,39 @@ CSS += r"""
 .compare-table td.row-error { text-align: left; color: #c5221f; }
 #replay-buttons button { border: 1px solid var(--border-color-primary, #ccc); background: var(--button-secondary-background-fill, #f3f4f6); }
 """
+CSS += r"""
+/* the text view: only what the target emitted (rejected drafts stay in each correction's hover) */
+body.speclens-text-view .text-panel del.tok-rej, body.speclens-text-view .legend .tok-rej { display: none; }
+body.speclens-text-view .tok-acc { background: rgba(15,157,88,.10); border-bottom-width: 1px; }
+body.speclens-text-view .tok-bonus { background: rgba(26,115,232,.08); }
+/* vocabulary miss: the target token lay outside I_t (no draft could propose it) */
+.tok-bonus.tok-vmiss { background: rgba(161,66,244,.22); border-bottom: 3px double #a142f4; }
+body.speclens-text-view .tok-bonus.tok-vmiss { background: rgba(161,66,244,.22); }
+.tok-acc.tok-ctx { border-bottom: 2px dashed #0b7a43; background: rgba(15,157,88,.30); }
+.summary-note { margin-top: 4px; font-size: 12.5px; padding: 3px 8px; border-radius: 6px;
+  background: rgba(249,171,0,.12); border: 1px solid rgba(249,171,0,.5); }
+#text-view { margin: 0 0 2px 0; }
+#text-view label { padding: 2px 10px !important; font-size: 12.5px; }
+#header p { margin: 0; }
+
+@media (max-width: 640px) {
+  #run-main { flex-direction: column-reverse !important; }
+  #header p { display: none; }
+  .cards { grid-template-columns: repeat(4, 1fr); gap: 4px; }
+  .card { padding: 3px 6px; }
+  .card-v { font-size: 15px; }
+  .card-k { font-size: 10.5px; line-height: 1.2; }
+  .text-scroll { max-height: 136px; padding: 6px 8px; }
+  .summary-footer { font-size: 11.5px; margin-top: 3px; }
+  .source-note .hint, .legend-note, .legend .tok-prompt, .legend .tok-ar { display: none; }
+  .source-note, .measured { font-size: 11px; line-height: 1.35; }
+  .legend { margin-top: 4px; gap: 3px 6px; font-size: 11px; }
+  #coverage-plot { zoom: .82; }
+  #run-view { gap: 6px !important; }
+  #header h1 { font-size: 22px !important; margin: 0 !important; line-height: 1.2 !important; }
+  .summary-footer .runtime { display: none; }
+  .legend { font-size: 10.5px; }
+  .legend .tok { padding: 0 2px; }
+  #text-view label { padding: 0 8px !important; }
+}
+"""

@@ -1,4 +1,8 @@
-"""The generated text, token by token: accepted (green), rejected (red, struck), target bonus (blue), prompt (grey)."""
+"""The generated text, token by token: accepted (green), rejected (red, struck), target bonus (blue), prompt (grey).
+
+Every view carries the rejected drafts; "the text" view (CSS class .view-text on the page) hides them, and
+each target token's hover names the drafts it replaced. A target token outside the draft vocabulary I_t
+at its step is a vocabulary miss (no draft could have proposed it), marked apart from a model miss."""
 from viz.tokens import esc, fmt_in_vocab, fmt_prob, prob_from_logp, records_upto, token_str
 
 LEGEND = (
@@ -7,10 +11,14 @@ LEGEND = (
     '<span class="tok tok-acc">accepted draft</span>'
     '<span class="tok tok-rej">rejected draft</span>'
     '<span class="tok tok-bonus">target token (bonus / correction)</span>'
+    '<span class="tok tok-bonus tok-vmiss" title="outside I_t: no draft could propose it">vocabulary miss</span>'
     '<span class="tok tok-ar">plain decoding</span>'
-    '<span class="legend-note">hover a token for step, draft probability and vocabulary membership</span>'
+    '<span class="legend-note">hover a token for step, draft probability, vocabulary membership and the '
+    'drafts it replaced</span>'
     "</div>"
 )
+CONTEXT_KEY = '<span class="tok tok-acc tok-ctx">accepted, drafted from context</span>'
+VMISS_NOTE = "outside I_t: no draft could propose it"
 
 
 def render_text(trace: dict, step: int | None = None, legend: bool = True) -> str:
@@ -22,8 +30,13 @@ def render_text(trace: dict, step: int | None = None, legend: bool = True) -> st
     for i, rec in enumerate(recs):
         parts.append(_record_spans(rec, vocab, now=(i == now and step is not None)))
     body = "".join(parts)
+    key = LEGEND.replace("</div>", CONTEXT_KEY + "</div>") if has_origin(recs) else LEGEND
     return (f'<div class="speclens text-panel"><div class="text-scroll"><div class="text-body">{body}</div></div>'
-            f'{LEGEND if legend else ""}</div>')
+            f'{key if legend else ""}</div>')
+
+
+def has_origin(recs) -> bool:
+    return any("origin" in (r.get("tree") or {}) for r in recs)
 
 
 def _prompt_span(prompt: str) -> str:
@@ -48,9 +61,13 @@ def _step_spans(rec: dict, vocab: dict) -> list:
     emitted = rec.get("emitted", [])
     n_acc = max(len(emitted) - 1, 0)
     spans = [_accepted_span(rec, vocab, i) for i in range(n_acc)]
-    spans += [_rejected_span(rec, vocab, j) for j in rejected_nodes(rec)]
+    rejected = rejected_nodes(rec)
+    spans += [_rejected_span(rec, vocab, j) for j in rejected]
     if emitted:
-        spans.append(_bonus_span(rec, vocab, len(emitted) - 1, f"step {rec['step']} · target token (bonus / correction)"))
+        what = "target correction" if rejected else "target bonus token"
+        replaced = ", ".join(repr(token_str(vocab, rec["tree"]["tokens"][j])) for j in rejected)
+        extra = f" · drafts rejected here: {replaced}" if replaced else ""
+        spans.append(_bonus_span(rec, vocab, len(emitted) - 1, f"step {rec['step']} · {what}{extra}", miss_mark=True))
     return spans
 
 
@@ -65,8 +82,16 @@ def rejected_nodes(rec: dict) -> list:
 def _accepted_span(rec, vocab, i) -> str:
     p = _at(rec.get("emitted_draft_p"), i)
     iv = _at(rec.get("emitted_in_vocab"), i)
-    title = f"step {rec['step']} · accepted draft · draft p={fmt_prob(p)} · in active vocab: {fmt_in_vocab(iv)}"
-    return _span(vocab, rec["emitted"][i], "tok-acc", title)
+    ctx = node_origin(rec, _at(rec.get("accepted"), i)) == "context"
+    how = "accepted draft (from context)" if ctx else "accepted draft"
+    title = f"step {rec['step']} · {how} · draft p={fmt_prob(p)} · in active vocab: {fmt_in_vocab(iv)}"
+    return _span(vocab, rec["emitted"][i], "tok-acc tok-ctx" if ctx else "tok-acc", title)
+
+
+def node_origin(rec: dict, node) -> str:
+    """Who drafted a tree node: "model" or "context" (tree["origin"]; missing = "model")."""
+    origin = (rec.get("tree") or {}).get("origin")
+    return origin[node] if origin and node is not None and 0 <= node < len(origin) else "model"
 
 
 def _rejected_span(rec, vocab, j) -> str:
@@ -77,10 +102,12 @@ def _rejected_span(rec, vocab, j) -> str:
     return _span(vocab, tree["tokens"][j], "tok-rej", title, tag="del")
 
 
-def _bonus_span(rec, vocab, i, what) -> str:
+def _bonus_span(rec, vocab, i, what, miss_mark=False) -> str:
+    """miss_mark: a step's target token outside I_t is a vocabulary miss (the prefill token had no draft)."""
     iv = _at(rec.get("emitted_in_vocab"), i)
-    title = f"{what} · in active vocab: {fmt_in_vocab(iv)}"
-    extra = "" if iv is None or iv else " tok-oov"
+    miss = miss_mark and iv is False
+    title = f"{what} · in active vocab: {fmt_in_vocab(iv)}" + (f" · {VMISS_NOTE}" if miss else "")
+    extra = " tok-vmiss" if miss else ("" if iv is None or iv else " tok-oov")
     return _span(vocab, rec["emitted"][i], "tok-bonus" + extra, title)
 
 
