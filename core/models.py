@@ -26,6 +26,7 @@ class Alias:
     size: int | None = None        # bytes of the assembled GGUF
     params: float = 0.0            # parameters (billions, as converted: a GGUF head is its own matrix): memory check
     freq: str | None = None        # shipped FR-Spec table assets/freq/{freq}.safetensors (default: the alias name)
+    draft_shape: tuple = ()        # ((SpecConfig field, value), ...): the fastest shape measured as a target
 
 
 def split_parts(package: str, version: str, n: int) -> tuple:
@@ -70,6 +71,12 @@ def model_alias(model_id: str) -> str | None:
         if key in (name, (alias.upstream or "").lower()):
             return name
     return None
+
+
+def draft_shape(model_id) -> dict:
+    """The measured default draft shape of a target alias ({} = SpecConfig's defaults)."""
+    name = model_alias(model_id) if model_id else None
+    return dict(ALIASES[name].draft_shape) if name else {}
 
 
 def default_device() -> str:
