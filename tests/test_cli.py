@@ -46,3 +46,26 @@ def test_generate_json_has_the_documented_keys():
         assert key in out
     assert set(out["timing_ms"]) == {"draft_backbone", "lm_head", "gather", "verify", "other", "total"}
     assert out["identical_to_ar"] is True
+
+
+def engine_args(*argv):
+    import argparse
+    from core.cli import add_engine_args
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    return p.parse_args(list(argv))
+
+
+def test_a_model_with_a_measured_draft_shape_gets_it_unless_options_are_given(monkeypatch):
+    from core import models
+    from core.cli import config_from
+    alias = models.ALIASES["qwen2.5-coder-1.5b-instruct"]
+    monkeypatch.setitem(models.ALIASES, "qwen2.5-coder-1.5b-instruct",
+                        models.Alias(**{**alias.__dict__, "draft_shape": (("shape", "chain"), ("gamma", 4))}))
+    cfg = config_from(engine_args("--model", "qwen2.5-coder-1.5b-instruct"), "nanospec")
+    assert (cfg.shape, cfg.gamma) == ("chain", 4)
+    cfg = config_from(engine_args("--model", "qwen2.5-coder-1.5b-instruct", "--gamma", "2"), "nanospec")
+    assert (cfg.shape, cfg.gamma) == ("chain", 2)
+    from core.config import SpecConfig
+    default = config_from(engine_args(), "nanospec")
+    assert (default.shape, default.depth, default.gamma) == (SpecConfig.shape, SpecConfig.depth, SpecConfig.gamma)

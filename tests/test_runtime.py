@@ -26,7 +26,7 @@ def layer_ops(request, monkeypatch):
 
 
 def tiny_variant(kind: str, seed: int = 0):
-    """tiny random llama / qwen2 (qkv bias) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
+    """tiny random llama / qwen2 (qkv bias) / qwen2-tied (qkv bias, tied embeddings: Qwen2.5 0.5B / 1.5B) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
     window on layer 0) / mistral (a 4-token window on every layer) / gemma2 (not covered: attention
     soft-capping) models, fp32, eval."""
     if kind == "llama":
@@ -35,13 +35,16 @@ def tiny_variant(kind: str, seed: int = 0):
 
     common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    cls = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+    cls = {"qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen2-tied": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+           "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
            "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
            "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM)}[kind]
     if kind == "gemma3":
         common.update(sliding_window=4, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16)
     if kind == "mistral":
         common.update(sliding_window=4)
+    if kind == "qwen2-tied":
+        common.update(tie_word_embeddings=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls[1](cls[0](**common, head_dim=16))
@@ -79,7 +82,8 @@ def path(parents, i) -> list:
 
 
 @pytest.mark.parametrize("kind,layout", [("llama", "hybrid"), ("llama", "plain"), ("llama", "blocked"),
-                                         ("qwen2", "hybrid"), ("qwen3", "hybrid"), ("gemma3", "hybrid"),
+                                         ("qwen2", "hybrid"), ("qwen2-tied", "hybrid"), ("qwen2-tied", "blocked"),
+                                         ("qwen3", "hybrid"), ("gemma3", "hybrid"),
                                          ("gemma3", "blocked"), ("mistral", "hybrid"), ("llama", "eager"),
                                          ("gemma3", "eager"), ("mistral", "eager")])
 def test_prefill_tree_commit_match_transformers(kind, layout):
@@ -171,7 +175,7 @@ def hf_greedy(model, prompt, n_new):
     return out[0, len(prompt):].tolist()
 
 
-@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+@pytest.mark.parametrize("kind", ["llama", "gemma3", "qwen2-tied"])
 def test_greedy_equals_generate(kind):
     model = tiny_variant(kind, seed=3)
     runner = FastRunner(model)
@@ -328,6 +332,47 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     spec = list(generate(FastRunner(model), drafter, head, prompt, cfg))
     cmp = compare_to_ar(spec, ar)
     assert cmp["identical"] or (dtype == torch.float32 and cmp["tie"]), cmp
+
+
+def peaky_qwen2_pair(vocab: int = 300):
+    """A tiny Qwen2 target (tied embeddings, q/k/v biases, 2 layers, head_dim 16) with peaked next-token
+    distributions, and its 1-layer draft: the target's embeddings and first layer (a strong, cheap draft, as a
+    Qwen2.5 0.5B is for the 1.5B)."""
+    import transformers as tf
+    cfg = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=16, max_position_embeddings=1024, tie_word_embeddings=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        target = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=2)).float().eval()
+    with torch.no_grad():
+        target.model.embed_tokens.weight.mul_(8.0)  # tied: the head's logits are 8x sharper
+    draft = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=1)).float().eval()
+    draft.load_state_dict(target.state_dict(), strict=False)
+    return target, draft
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_packed)])
+@pytest.mark.parametrize("method", ["full", "frspec", "nanospec", "slimspec", "nanoslim"])
+def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
+    """A separate Qwen2 draft model on the fast runtime: speculative greedy = the target's own greedy (fp32: up
+    to a near-tie; bf16 packed: exactly), and the draft is accepted often enough that multi-token steps run."""
+    from core.config import SpecConfig
+    from core.draft import ModelDrafter
+    from core.engine import generate
+    from core.heads import build_head
+    from core.trace import compare_to_ar
+
+    target, draft = (m.to(dtype) for m in peaky_qwen2_pair())
+    prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
+    ar = list(generate(FastRunner(target), None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=48, rank=16)
+    drafter = ModelDrafter(FastRunner(draft))
+    frequent = torch.tensor([t for r in ar for t in r.emitted])  # an FR-Spec table from the target's own output
+    head = build_head(method, drafter.head_weight, cfg, fr_ids=torch.unique(torch.cat([frequent, torch.arange(0, 300, 3)])))
+    spec = list(generate(FastRunner(target), drafter, head, prompt, cfg))
+    cmp = compare_to_ar(spec, ar, tol=ATOL if dtype == torch.float32 else 0.0)
+    assert cmp["identical"], cmp
+    assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 
 
 def test_eagle_drafter_on_fast_runtime_matches_eager():

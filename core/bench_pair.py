@@ -1,0 +1,113 @@
+"""python -m core.bench_pair: a target + draft model pair side by side in one process, interleaved per prompt:
+our AR, transformers' `generate` and assisted generation (the same pair), and our draft methods / shapes.
+
+Prints one row per variant (tok/s ratio to our AR, τ, coverage, mean |I_t|, identical to our AR) and writes
+them as JSON. Ratios only: absolute speeds on a shared machine are noise.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from core.bench import run_row
+from core.config import SpecConfig
+from core.trace import compare_to_ar
+
+# name -> (method, shape options); "hf" / "hf-assisted" run transformers
+VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {}),
+            **{m: (m, {}) for m in ("full", "frspec", "nanospec", "slimspec", "nanoslim")},
+            **{f"{m}-chain{g}": (m, {"shape": "chain", "gamma": g}) for m in ("full", "nanospec") for g in (2, 3, 4, 5)},
+            **{f"nanospec-tree{d}x{k}x{n}": ("nanospec", {"depth": d, "top_k": k, "tree_size": n})
+               for d, k, n in ((4, 2, 8), (5, 2, 10), (4, 3, 10))}}
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m core.bench_pair")
+    p.add_argument("--model", required=True)
+    p.add_argument("--draft", required=True)
+    p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=", ".join(VARIANTS))
+    p.add_argument("--categories", default=None, help="comma list (default: all), one prompt each")
+    p.add_argument("--limit", type=int, default=1, help="prompts per category")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None, help="JSON file for the rows")
+    return p.parse_args(argv)
+
+
+def hf_run(pipe, ids, n: int, assistant=None) -> tuple[list, float]:
+    """Greedy tokens and wall seconds of transformers' generate (assisted when `assistant` is a model)."""
+    x = torch.tensor([ids])
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = pipe.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                                  assistant_model=assistant, eos_token_id=sorted(pipe.eos_ids()),
+                                  pad_token_id=pipe.tokenizer.eos_token_id)
+    return out[0, len(ids):].tolist(), time.perf_counter() - t0
+
+
+def run_variant(pipe, prompt, name, n, ar) -> dict:
+    method, opts = VARIANTS[name]
+    if method.startswith("hf"):
+        ids = pipe.prompt_ids(prompt.text)
+        assistant = pipe.drafter.runner.model if method == "hf-assisted" else None
+        toks, wall = hf_run(pipe, ids, n, assistant)
+        same = ar is not None and toks == [t for r in ar for t in r.emitted]
+        return {"variant": name, "new_tokens": len(toks), "wall_s": wall, "identical": same}, None
+    cfg = SpecConfig(method=method, max_new_tokens=n, **opts).validate()
+    row, _, records = run_row(pipe, prompt, cfg, ar)
+    return {**row, "variant": name, "trace": None}, records
+
+
+def table(rows: list, names: list) -> list:
+    out = []
+    ar_tps = sum(r["new_tokens"] for r in rows if r["variant"] == "ar") / sum(r["wall_s"] for r in rows if r["variant"] == "ar")
+    for v in names:
+        g = [r for r in rows if r["variant"] == v]
+        tps = sum(r["new_tokens"] for r in g) / sum(r["wall_s"] for r in g)
+        steps = sum(r.get("steps", 0) for r in g)
+        out.append({"variant": v, "prompts": len(g), "tokens": sum(r["new_tokens"] for r in g),
+                    "x_ar": round(tps / ar_tps, 3),
+                    "tau": round(sum(r["step_tokens"] for r in g) / steps, 2) if steps and v != "ar" else "",
+                    "coverage": round(sum(r["covered"] for r in g) / max(sum(r["coverable"] for r in g), 1), 3)
+                    if steps and v != "ar" else "",
+                    "mean_active": round(sum(r["active_sum"] for r in g) / steps) if steps and v != "ar" else "",
+                    "identical": f"{sum(bool(r['identical']) for r in g)}/{len(g)}" if v != "ar" else ""})
+    return out
+
+
+def main(argv=None) -> int:
+    from core.bench import select_prompts
+    from core.pipeline import Pipeline
+
+    args = parse(argv)
+    torch.set_num_threads(args.threads)
+    names = ["ar"] + [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "ar"]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad:
+        print(f"error: unknown variant(s) {', '.join(bad)}", file=sys.stderr)
+        return 2
+    prompts = select_prompts(argparse.Namespace(prompts=None, categories=args.categories, limit=args.limit))
+    pipe = Pipeline.load(args.model, draft=args.draft)
+    for v in names:  # first-call costs outside the timings
+        run_variant(pipe, prompts[0], v, 4, None)
+    rows = []
+    for p in prompts:
+        ar = None
+        for v in names:
+            row, records = run_variant(pipe, p, v, args.max_new_tokens, ar)
+            ar = records if v == "ar" else ar
+            rows.append({**row, "prompt_id": p.id, "category": p.category})
+            print(json.dumps({k: row.get(k) for k in ("variant", "new_tokens", "wall_s", "identical")} | {"prompt": p.id}),
+                  file=sys.stderr, flush=True)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"rows": rows, "table": table(rows, names)}, f, indent=1)
+    for r in table(rows, names):
+        print("  ".join(f"{k}={v}" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
