@@ -16,11 +16,11 @@ from core.cli import add_engine_args, config_from, load_pipeline
 from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
-from core.trace import compare_to_ar, new_tokens_after_prefill
+from core.trace import accepted_by_origin, compare_to_ar, new_tokens_after_prefill
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
-                "identical_to_ar_frac"]
+                "identical_to_ar_frac", "accept_model", "accept_context"]
 STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted",
              "draft_backbone", "lm_head", "gather", "verify", "other"]
 
@@ -116,7 +116,8 @@ def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
            "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
            "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
            "identical": None if ar_records is None else compare_to_ar(records, ar_records)["identical"],
-           "variant": variant or cfg.method, "trace": step_trace(records)}
+           "variant": variant or cfg.method, "trace": step_trace(records),
+           **{f"accept_{o}_sum": n for o, n in accepted_by_origin(steps).items()}}
     step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
                   "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
                   "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
@@ -158,7 +159,9 @@ def summarize_rows(rows: list) -> list:
                     "lm_head_ms_per_call": round(t["lm_head"] / max(sum(r["draft_calls"] for r in g), 1), 3),
                     "draft_ms_per_step": round((t["draft_backbone"] + t["lm_head"] + t["gather"]) / steps, 3),
                     "verify_ms_per_step": round(t["verify"] / steps, 3),
-                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else ""})
+                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else "",
+                    **{f"accept_{o}": round(sum(r.get(f"accept_{o}_sum", 0) for r in g) / steps, 3)
+                       for o in ("model", "context")}})
     return out
 
 

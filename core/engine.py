@@ -1,15 +1,20 @@
 """The decoding engine: a generator that yields one StepRecord per step.
 
-    prefill → [draft_tree → verify → accept → update stream → extend drafter]* (speculative)
-    prefill → [one target step]*                                           (method "ar")
+    prefill → [draft_tree (+ context branches) → verify → accept → update stream → extend drafter]* (speculative)
+    prefill → [one target step]*                                                              (method "ar")
+
+A drafter of None with a context drafter is pure prompt lookup: the tree holds context branches only,
+and a step with no match verifies the root alone (one plain step).
 """
 import time
 from contextlib import contextmanager
 
 import torch
 
+from core.context import ContextDrafter
 from core.trace import StepRecord, TIMERS
-from core.tree import accept_greedy, accept_sample, draft_tree, target_probs, verify_inputs
+from core.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
+                       verify_inputs)
 
 
 class Timer:
@@ -38,7 +43,8 @@ class Timer:
 @torch.no_grad()
 def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, decode=None,
              should_stop=lambda: False):
-    """Yield StepRecords. target: Runner; drafter/head: None for method "ar"."""
+    """Yield StepRecords. target: Runner; drafter/head: None for method "ar"; drafter None (and head None)
+    with a speculative method: context drafting alone."""
     gen = torch.Generator().manual_seed(cfg.seed)
     timer = Timer(cfg.timing, target.device)
     decode = decode or (lambda ids: "")
@@ -51,9 +57,13 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         logits = target.logits(hidden)  # [n, V]
     root = _pick(logits[-1], cfg, gen)
     rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
+    spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
+    ctx = ContextDrafter(prompt.tolist() + [root]) if spec and (cfg.context == "on" or drafter is None) else None
+    state = None
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
         _fill_stream(rec, ev, head)
+    if drafter is not None and spec:
         with timer("draft_backbone"):
             state = drafter.prefill(prompt, root, feats)
     left = cfg.max_new_tokens
@@ -66,11 +76,12 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         yield rec
         step += 1
         t0 = time.perf_counter()
-        if head is None:
+        if not spec:
             rec, root = _ar_step(target, root, root_pos, cfg, gen, timer, step)
             root_pos += 1
         else:
-            rec, root, state, n_keep = _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, step)
+            rec, root, state, n_keep = _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen,
+                                                  timer, step)
             root_pos += n_keep
         _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, left)
         rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
@@ -100,10 +111,21 @@ def _ar_step(target, root, root_pos, cfg, gen, timer, step):
     return rec, tok
 
 
-def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, step):
-    tree = draft_tree(drafter, head, state, root_pos, cfg, gen, timer)
-    with timer("draft_backbone"):
-        drafter.rollback()
+def _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer) -> Tree:
+    """The model's tree, with the context branches merged in when context drafting is on."""
+    tree = Tree()
+    if drafter is not None:
+        tree = draft_tree(drafter, head, state, root_pos, cfg, gen, timer, prune=ctx is None)
+        with timer("draft_backbone"):
+            drafter.rollback()
+    if ctx is None:
+        return tree
+    size = len(tree) if drafter is None or cfg.temperature > 0 else min(len(tree), tree_shape(cfg)[2])
+    return merge_context(tree, ctx.propose(cfg.context_len), size, cfg.temperature > 0)
+
+
+def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, timer, step):
+    tree = _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer)
     ids, pos, mask = verify_inputs(tree, root, root_pos)
     with timer("verify"):
         hidden, feats = target.forward(ids, pos, mask)
@@ -115,16 +137,20 @@ def _spec_step(target, drafter, head, root, root_pos, state, cfg, gen, timer, st
     keep = torch.tensor([0] + [i + 1 for i in path])
     with timer("verify"):
         target.commit(keep)
-    in_vocab = head.in_vocab(tree.tokens + [bonus])  # membership in the I_t the draft used at this step
+    # membership in the I_t the draft used at this step
+    in_vocab = head.in_vocab(tree.tokens + [bonus]) if head is not None else [True] * (len(tree) + 1)
     emitted = [tree.tokens[i] for i in path] + [bonus]
-    with timer("draft_backbone"):
-        state = drafter.extend(torch.tensor(emitted), feats[keep])
-    ev = head.on_verify(tree.tokens, logits, timer)  # after extend: the repack then runs on warm caches
+    if ctx is not None:
+        ctx.update(emitted)
+    if drafter is not None:
+        with timer("draft_backbone"):
+            state = drafter.extend(torch.tensor(emitted), feats[keep])
+    ev = head.on_verify(tree.tokens, logits, timer) if head is not None else None  # after extend: warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
                      emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], margin=_margins(logits[keep]))
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
-                "head_calls": tree.head_calls}
+                "head_calls": tree.head_calls, "origin": tree.origin}
     _fill_stream(rec, ev, head)
     return rec, bonus, state, len(keep)
 
@@ -133,7 +159,7 @@ def _fill_stream(rec, ev, head):
     if ev is not None:
         rec.stream = ev.as_trace()
     else:
-        rec.stream = {"entered": [], "left": [], "size_s": 0, "active": head.n_active()}
+        rec.stream = {"entered": [], "left": [], "size_s": 0, "active": head.n_active() if head is not None else 0}
 
 
 def _margins(logits) -> list:
