@@ -42,7 +42,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="SlimSpec/NanoSlim factors: trained (shipped with the head, else SVD) or svd")
     p.add_argument("--context", default=d.context, choices=CONTEXTS,
                    help="merge continuations of the token history (prompt lookup) into the draft tree")
-    p.add_argument("--context-len", type=int, default=d.context_len, help="at most this many tokens per context branch")
+    p.add_argument("--context-len", type=int, default=d.context_len, help="at most this many context nodes per step, on top of the model's tree")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
 
 

@@ -36,7 +36,7 @@ class SpecConfig:
     tree_size: int = 6
     gamma: int = 2
     context: str = "on"  # on: merge continuations of the token history into the draft tree (core/context.py)
-    context_len: int = 8  # at most this many tokens per context branch
+    context_len: int = 8  # at most this many context nodes per step (all branches) on top of the model's tree
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0

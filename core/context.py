@@ -15,6 +15,7 @@ from dataclasses import dataclass
 ALPHA_PRIOR = {1: 0.25, 2: 0.4, 3: 0.55, 4: 0.65}  # P(next token = proposal | length-n match), before data
 PRIOR_WEIGHT = 4.0
 POSITIONS = 2  # end positions kept per n-gram (latest first): up to 2 distinct continuations per match
+CONFIDENT = 0.5  # α of the best branch at or above which the step drafts from the context alone
 
 
 @dataclass
@@ -31,6 +32,7 @@ class ContextDrafter:
         self.reached = {n: 0 for n in range(1, max_n + 1)}
         self.hits = {n: 0 for n in range(1, max_n + 1)}
         self.last = []  # the branches proposed at the current step
+        self.switch = None  # ModelSwitch when a model drafter runs beside it in greedy decoding
         self.append(history)
 
     def append(self, tokens) -> None:
@@ -63,6 +65,23 @@ class ContextDrafter:
         self.last = out
         return out
 
+    def use_model(self, branches) -> bool:
+        """Whether this step also drafts a model tree (ModelSwitch where set, else `confident`)."""
+        return self.switch.use_model(self, branches) if self.switch is not None else not self.confident(branches)
+
+    def confident(self, branches) -> bool:
+        """When the best branch's first token is at least as likely as not, a model tree would mostly
+        re-propose it (used where timing must not steer the tree: sampling, reproducible by seed)."""
+        return bool(branches) and branches[0].logp[0] >= math.log(CONFIDENT)
+
+    def expected(self, branch: Branch | None) -> float:
+        """E[accepted tokens] of a branch: Σ_k Π_{j≤k} α (the sum of its cumulative probabilities)."""
+        out, c = 0.0, 0.0
+        for lp in branch.logp if branch else []:
+            c += lp
+            out += math.exp(c)
+        return out
+
     def update(self, emitted) -> None:
         """After a verify: calibrate α_n on the step's branches against the target's tokens, then extend
         the history. A branch token counts as reached when every token before it matched."""
@@ -74,3 +93,33 @@ class ContextDrafter:
                 self.hits[b.n] += 1
         self.last = []
         self.append(emitted)
+
+
+class ModelSwitch:
+    """Greedy, per step (as SAM-Decoding switches on the suffix match): draft with the model as well only when
+    the expected tokens per ms say so, from the measured mean step time with the model's tree (T_m) and
+    without it (T_c), both verify rows and bookkeeping included:
+        (1 + E_ctx + a_m (1 − α_1)) / T_m  >  (1 + E_ctx) / T_c
+    E_ctx: expected accepted tokens of the best context branch; α_1: its first token's probability; a_m: model
+    tokens accepted per model-drafted step. The first WARM steps of each kind measure; every EXPLORE-th step
+    takes the other choice so the estimates follow the run."""
+    WARM, EXPLORE = 3, 8
+
+    def __init__(self):
+        self.steps, self.n, self.ms, self.model_tokens = 0, [0, 0], [0.0, 0.0], 0
+
+    def use_model(self, ctx: ContextDrafter, branches) -> bool:
+        self.steps += 1
+        if min(self.n) < self.WARM:
+            return self.n[1] < self.WARM
+        b = branches[0] if branches else None
+        e_ctx, alpha1 = ctx.expected(b), math.exp(b.logp[0]) if b else 0.0
+        gain = self.model_tokens / self.n[1] * (1 - alpha1)
+        t_m, t_c = self.ms[1] / self.n[1], self.ms[0] / self.n[0]
+        choice = (1 + e_ctx + gain) * t_c > (1 + e_ctx) * t_m
+        return choice != (self.steps % self.EXPLORE == 0)
+
+    def observe(self, drafted: bool, step_ms: float, model_tokens: int) -> None:
+        self.n[drafted] += 1
+        self.ms[drafted] += step_ms
+        self.model_tokens += model_tokens if drafted else 0

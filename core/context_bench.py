@@ -3,6 +3,8 @@ transformers' prompt-lookup `generate`, on the same prompts in one process (cont
 
 Rows per category: tokens/s, ratio to AR, mean accepted length, accepted tokens per step by origin
 (accept_model / accept_context), prompts identical to AR. Writes OUT/summary.csv and OUT/runs.jsonl.
+`--clock cpu` times with the process's CPU time instead of the wall clock: with `--threads 1` that drops the
+time spent descheduled on a loaded machine (as bench-runtime's `--clock cpu`).
 """
 import argparse
 import json
@@ -27,9 +29,13 @@ def parse(argv):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lookup", type=int, default=10, help="transformers' prompt_lookup_num_tokens")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"))
     p.add_argument("--out", required=True)
     add_engine_args(p)
     return p.parse_args(argv)
+
+
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def contenders(args) -> dict:
@@ -43,21 +49,21 @@ def contenders(args) -> dict:
     cfg = {"ar": config_from(args, "ar"), "nanospec": _with(config_from(args, "nanospec"), context="off"),
            "nanospec+context": _with(config_from(args, "nanospec"), context="on"),
            "context": _with(config_from(args, "nanospec"), context="on")}
-    eos = spec.eos_ids()
+    eos, clock = spec.eos_ids(), CLOCK[args.clock]
 
     def ours(pipe, c):
         def run(ids):
-            t0 = time.perf_counter()
+            t0 = clock()
             recs = list(pipe.run("", c, prompt_ids=ids))
-            return recs, [t for r in recs for t in r.emitted], time.perf_counter() - t0
+            return recs, [t for r in recs for t in r.emitted], clock() - t0
         return run
 
     def hf(lookup):
         def run(ids):
-            t0 = time.perf_counter()
+            t0 = clock()
             out = hf_generate(spec.model, ids, args.max_new_tokens, lookup)
             out = out[: next((i + 1 for i, t in enumerate(out) if t in eos), len(out))]
-            return None, out, time.perf_counter() - t0
+            return None, out, clock() - t0
         return run
 
     ways = {"ar": ours(spec, cfg["ar"]), "nanospec": ours(spec, cfg["nanospec"]),

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import torch
 
-from core.context import ContextDrafter
+from core.context import ContextDrafter, ModelSwitch
 from core.trace import StepRecord, TIMERS
 from core.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
                        verify_inputs)
@@ -59,6 +59,8 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
     spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
     ctx = ContextDrafter(prompt.tolist() + [root]) if spec and (cfg.context == "on" or drafter is None) else None
+    if ctx is not None and drafter is not None and cfg.temperature == 0:
+        ctx.switch = ModelSwitch()  # greedy: timing may steer the tree, the output stays the target's
     state = None
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
@@ -112,19 +114,22 @@ def _ar_step(target, root, root_pos, cfg, gen, timer, step):
 
 
 def _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer) -> Tree:
-    """The model's tree, with the context branches merged in when context drafting is on."""
+    """The model's tree, with the context branches merged in when context drafting is on; a step where the
+    context suffices (ContextDrafter.use_model) skips the model."""
+    branches = ctx.propose(cfg.context_len) if ctx is not None else []
     tree = Tree()
-    if drafter is not None:
+    if drafter is not None and (ctx is None or ctx.use_model(branches)):
         tree = draft_tree(drafter, head, state, root_pos, cfg, gen, timer, prune=ctx is None)
         with timer("draft_backbone"):
             drafter.rollback()
     if ctx is None:
         return tree
-    size = len(tree) if drafter is None or cfg.temperature > 0 else min(len(tree), tree_shape(cfg)[2])
-    return merge_context(tree, ctx.propose(cfg.context_len), size, cfg.temperature > 0)
+    size = len(tree) if not tree or cfg.temperature > 0 else min(len(tree), tree_shape(cfg)[2])
+    return merge_context(tree, branches, size, cfg.context_len, cfg.temperature > 0)
 
 
 def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, timer, step):
+    t0 = time.perf_counter()
     tree = _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer)
     ids, pos, mask = verify_inputs(tree, root, root_pos)
     with timer("verify"):
@@ -152,6 +157,9 @@ def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, time
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
                 "head_calls": tree.head_calls, "origin": tree.origin}
     _fill_stream(rec, ev, head)
+    if ctx is not None and ctx.switch is not None:
+        ctx.switch.observe(tree.head_calls > 0, (time.perf_counter() - t0) * 1000,
+                           sum(tree.origin[i] == "model" for i in path))
     return rec, bonus, state, len(keep)
 
 

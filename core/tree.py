@@ -133,9 +133,9 @@ def _prune(t: Tree, size: int, fixed=()) -> Tree:
     return out
 
 
-def merge_context(t: Tree, branches, size: int, sampling: bool) -> Tree:
+def merge_context(t: Tree, branches, size: int, extra: int, sampling: bool) -> Tree:
     """Merge context branches (core/context.py Branch: tokens, logp) into the model tree `t` (greedy: not yet
-    pruned) and keep `size` + (new context nodes) nodes by one rule, cumulative log-prob. A branch follows
+    pruned) and keep `size` + min(new context nodes, `extra`) nodes by one rule, cumulative log-prob. A branch follows
     the tree while its tokens are already children (shared prefix: the node's score becomes the better of
     the two), then hangs new "context" nodes. Sampling keeps every model node (a prune that looks at drawn
     children would bias rejection sampling) and ranks only the context nodes."""
@@ -151,7 +151,7 @@ def merge_context(t: Tree, branches, size: int, sampling: bool) -> Tree:
             else:
                 t.score[c] = max(t.score[c], score)
             node = c
-    size += len(t) - n_model
+    size += min(len(t) - n_model, extra)
     return _prune(t, size, fixed=range(n_model) if sampling else ())
 
 
