@@ -86,6 +86,9 @@ def open_out(out: Path, settings: dict) -> dict:
     return done
 
 
+BEFORE = {"context": "off"}  # options whose default changed behaviour: what results written before them ran with
+
+
 def _with_defaults(settings):
     """Stored settings with engine options added since they were written set to their defaults
     (so a new option does not orphan finished results): bench's "configs", the paper grid's "base"."""
@@ -94,9 +97,9 @@ def _with_defaults(settings):
     try:
         out = dict(settings)
         if isinstance(out.get("configs"), dict):
-            out["configs"] = {m: SpecConfig.from_dict(c).to_dict() for m, c in out["configs"].items()}
+            out["configs"] = {m: SpecConfig.from_dict({**BEFORE, **c}).to_dict() for m, c in out["configs"].items()}
         if isinstance(out.get("base"), dict):
-            out["base"] = SpecConfig.from_dict(out["base"]).to_dict()
+            out["base"] = SpecConfig.from_dict({**BEFORE, **out["base"]}).to_dict()
         return out
     except (SpecError, TypeError):
         return settings

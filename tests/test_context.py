@@ -169,3 +169,10 @@ def test_default_model_greedy_with_context_equals_plain_greedy(default_pipeline,
     else:
         spec = list(pipe.run(prompt.text, cfg))
     assert compare_to_ar(spec, ar)["identical"], f"{prompt.category}/{shape}"
+
+
+def test_bench_results_written_before_context_drafting_count_as_context_off():
+    from core.bench import _with_defaults
+    old = SpecConfig().to_dict()
+    del old["context"], old["context_len"]
+    assert _with_defaults({"configs": {"nanospec": old}})["configs"]["nanospec"]["context"] == "off"
