@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from core.context import ContextDrafter, ModelSwitch
+from core.draft import DraftState
 from core.trace import StepRecord, TIMERS
 from core.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
                        verify_inputs)
@@ -61,13 +62,13 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     ctx = ContextDrafter(prompt.tolist() + [root]) if spec and (cfg.context == "on" or drafter is None) else None
     if ctx is not None and drafter is not None and cfg.temperature == 0:
         ctx.switch = ModelSwitch()  # greedy: timing may steer the tree, the output stays the target's
-    state = None
+    feed = None
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
         _fill_stream(rec, ev, head)
     if drafter is not None and spec:
         with timer("draft_backbone"):
-            state = drafter.prefill(prompt, root, feats)
+            feed = DraftFeed(drafter, drafter.prefill(prompt, root, feats), lazy=ctx is not None)
     left = cfg.max_new_tokens
     root_pos = prompt.numel()
     _emit(rec, [root], [None], [True], fr_rank, decode, eos_ids, left)
@@ -82,8 +83,7 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
             rec, root = _ar_step(target, root, root_pos, cfg, gen, timer, step)
             root_pos += 1
         else:
-            rec, root, state, n_keep = _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen,
-                                                  timer, step)
+            rec, root, n_keep = _spec_step(target, feed, head, ctx, root, root_pos, cfg, gen, timer, step)
             root_pos += n_keep
         _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, left)
         rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
@@ -113,24 +113,45 @@ def _ar_step(target, root, root_pos, cfg, gen, timer, step):
     return rec, tok
 
 
-def _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer) -> Tree:
+class DraftFeed:
+    """The model drafter and its state. Lazy (with context drafting, which may skip the model for a step): a
+    step's (tokens, target features) wait in a queue, and the next step that drafts feeds them in one call."""
+
+    def __init__(self, drafter, state, lazy=False):
+        self.drafter, self.state, self.lazy, self.queue = drafter, state, lazy, []
+
+    def push(self, ids, feats, timer) -> None:
+        self.queue.append((ids, feats))
+        if not self.lazy:
+            self.flush(timer)
+
+    def flush(self, timer) -> DraftState:
+        if self.queue:
+            ids, feats = zip(*self.queue)
+            self.queue = []
+            with timer("draft_backbone"):
+                self.state = self.drafter.extend(torch.cat(ids), torch.cat(feats))
+        return self.state
+
+
+def _draft(feed, head, ctx, root_pos, cfg, gen, timer) -> Tree:
     """The model's tree, with the context branches merged in when context drafting is on; a step where the
     context suffices (ContextDrafter.use_model) skips the model."""
     branches = ctx.propose(cfg.context_len) if ctx is not None else []
     tree = Tree()
-    if drafter is not None and (ctx is None or ctx.use_model(branches)):
-        tree = draft_tree(drafter, head, state, root_pos, cfg, gen, timer, prune=ctx is None)
+    if feed is not None and (ctx is None or ctx.use_model(branches)):
+        tree = draft_tree(feed.drafter, head, feed.flush(timer), root_pos, cfg, gen, timer, prune=ctx is None)
         with timer("draft_backbone"):
-            drafter.rollback()
+            feed.drafter.rollback()
     if ctx is None:
         return tree
     size = len(tree) if not tree or cfg.temperature > 0 else min(len(tree), tree_shape(cfg)[2])
     return merge_context(tree, branches, size, cfg.context_len, cfg.temperature > 0)
 
 
-def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, timer, step):
+def _spec_step(target, feed, head, ctx, root, root_pos, cfg, gen, timer, step):
     t0 = time.perf_counter()
-    tree = _draft(drafter, head, ctx, state, root_pos, cfg, gen, timer)
+    tree = _draft(feed, head, ctx, root_pos, cfg, gen, timer)
     ids, pos, mask = verify_inputs(tree, root, root_pos)
     with timer("verify"):
         hidden, feats = target.forward(ids, pos, mask)
@@ -147,9 +168,8 @@ def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, time
     emitted = [tree.tokens[i] for i in path] + [bonus]
     if ctx is not None:
         ctx.update(emitted)
-    if drafter is not None:
-        with timer("draft_backbone"):
-            state = drafter.extend(torch.tensor(emitted), feats[keep])
+    if feed is not None:
+        feed.push(torch.tensor(emitted), feats[keep], timer)
     ev = head.on_verify(tree.tokens, logits, timer) if head is not None else None  # after extend: warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
@@ -160,7 +180,7 @@ def _spec_step(target, drafter, head, ctx, root, root_pos, state, cfg, gen, time
     if ctx is not None and ctx.switch is not None:
         ctx.switch.observe(tree.head_calls > 0, (time.perf_counter() - t0) * 1000,
                            sum(tree.origin[i] == "model" for i in path))
-    return rec, bonus, state, len(keep)
+    return rec, bonus, len(keep)
 
 
 def _fill_stream(rec, ev, head):
