@@ -59,9 +59,7 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     root = _pick(logits[-1], cfg, gen)
     rec = StepRecord(step=0, kind="prefill", margin=_margins(logits[-1:]))
     spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
-    ctx = ContextDrafter(prompt.tolist() + [root]) if spec and (cfg.context == "on" or drafter is None) else None
-    if ctx is not None and drafter is not None and cfg.temperature == 0:
-        ctx.switch = ModelSwitch()  # greedy: timing may steer the tree, the output stays the target's
+    ctx = _context_drafter(cfg, drafter, prompt.tolist() + [root]) if spec else None
     feed = None
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
@@ -89,6 +87,16 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
         left -= len(rec.emitted)
     yield rec
+
+
+def _context_drafter(cfg, drafter, history):
+    """The context drafter when context drafting is on (or drafts alone), else None."""
+    if cfg.context != "on" and drafter is not None:
+        return None
+    ctx = ContextDrafter(history)
+    if drafter is not None and cfg.temperature == 0:
+        ctx.switch = ModelSwitch()  # greedy: timing may steer the tree, the output stays the target's
+    return ctx
 
 
 def _is_last(rec, left, should_stop) -> bool:
