@@ -17,11 +17,11 @@ from core.cli import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
-from core.trace import TIMERS, compare_to_ar, new_tokens_after_prefill
+from core.trace import TIMERS, accepted_by_origin, compare_to_ar, new_tokens_after_prefill
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
-                "identical_to_ar_frac", "ties"]
+                "identical_to_ar_frac", "ties", "accept_model", "accept_context"]
 STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted", *TIMERS]
 
 
@@ -86,6 +86,9 @@ def open_out(out: Path, settings: dict) -> dict:
     return done
 
 
+BEFORE = {"context": "off"}  # options whose default changed behaviour: what results written before them ran with
+
+
 def _with_defaults(settings):
     """Stored settings with engine options added since they were written set to their defaults
     (so a new option does not orphan finished results): bench's "configs", the paper grid's "base"."""
@@ -94,9 +97,9 @@ def _with_defaults(settings):
     try:
         out = dict(settings)
         if isinstance(out.get("configs"), dict):
-            out["configs"] = {m: SpecConfig.from_dict(c).to_dict() for m, c in out["configs"].items()}
+            out["configs"] = {m: SpecConfig.from_dict({**BEFORE, **c}).to_dict() for m, c in out["configs"].items()}
         if isinstance(out.get("base"), dict):
-            out["base"] = SpecConfig.from_dict(out["base"]).to_dict()
+            out["base"] = SpecConfig.from_dict({**BEFORE, **out["base"]}).to_dict()
         return out
     except (SpecError, TypeError):
         return settings
@@ -116,7 +119,8 @@ def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
            "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
            "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
            **verdict_fields(records, ar_records),
-           "variant": variant or cfg.method, "trace": step_trace(records)}
+           "variant": variant or cfg.method, "trace": step_trace(records),
+           **{f"accept_{o}_sum": n for o, n in accepted_by_origin(steps).items()}}
     step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
                   "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
                   "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
@@ -167,7 +171,9 @@ def summarize_rows(rows: list) -> list:
                     "draft_ms_per_step": round((t["draft_backbone"] + t["lm_head"] + t["gather"]) / steps, 3),
                     "verify_ms_per_step": round(t["verify"] / steps, 3),
                     "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else "",
-                    "ties": sum(bool(r.get("tie")) for r in g) if ident else ""})
+                    "ties": sum(bool(r.get("tie")) for r in g) if ident else "",
+                    **{f"accept_{o}": round(sum(r.get(f"accept_{o}_sum", 0) for r in g) / steps, 3)
+                       for o in ("model", "context")}})
     return out
 
 

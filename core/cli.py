@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import replace
 
-from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS
+from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS, CONTEXTS
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
@@ -29,7 +29,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     """Every engine option, shared by generate and bench."""
     d = SpecConfig()
     p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")
-    p.add_argument("--draft", default="auto", help="auto | self | eagle | a draft model id sharing the tokenizer")
+    p.add_argument("--draft", default="auto",
+                   help="auto | self | eagle | context (prompt lookup alone) | a draft model id sharing the tokenizer")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
@@ -46,6 +47,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=d.backend, choices=BACKENDS)
     p.add_argument("--slim-init", default=d.slim_init, choices=SLIM_INITS,
                    help="SlimSpec/NanoSlim factors: trained (shipped with the head, else SVD) or svd")
+    p.add_argument("--context", default=d.context, choices=CONTEXTS,
+                   help="merge continuations of the token history (prompt lookup) into the draft tree")
+    p.add_argument("--context-len", type=int, default=d.context_len, help="at most this many context nodes per step, on top of the model's tree")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
 
 
@@ -53,7 +57,7 @@ def config_from(args, method: str) -> SpecConfig:
     """The engine options of `args`; draft-shape options not given come from the model's measured shape."""
     from core.models import draft_shape
     keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
-            "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init")
+            "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init", "context", "context_len")
     opts = {k: getattr(args, k) for k in keys}
     shape = draft_shape(getattr(args, "model", None))
     opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in SHAPE_KEYS if opts[k] is None}

@@ -10,6 +10,7 @@ BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
 SOURCES = ("prompt", "prefill", "draft", "verify")
 SLIM_INITS = ("trained", "svd")
+CONTEXTS = ("off", "on")
 
 # server-side bounds: generous for the CLI, the UI clamps further
 MAX_NEW_TOKENS = 4096
@@ -34,6 +35,8 @@ class SpecConfig:
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2
+    context: str = "on"  # on: merge continuations of the token history into the draft tree (core/context.py)
+    context_len: int = 8  # at most this many context nodes per step (all branches) on top of the model's tree
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
@@ -47,6 +50,7 @@ class SpecConfig:
         _choice("window", self.window, WINDOWS)
         _choice("backend", self.backend, BACKENDS)
         _choice("slim_init", self.slim_init, SLIM_INITS)
+        _choice("context", self.context, CONTEXTS)
         for src in self.source_set():
             _choice("source", src, SOURCES)
         _bound("w_max", self.w_max, 1, MAX_W_MAX)
@@ -57,6 +61,7 @@ class SpecConfig:
         _bound("top_k", self.top_k, 1, 16)
         _bound("tree_size", self.tree_size, 1, MAX_TREE)
         _bound("gamma", self.gamma, 1, 16)
+        _bound("context_len", self.context_len, 1, MAX_TREE)
         _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _bound("seed", self.seed, 0, 2**63 - 1)
         _bound("rank", self.rank, 0, d if d is not None else MAX_W_MAX)

@@ -102,7 +102,7 @@ def _with(cfg, **over) -> SpecConfig:
 
 def plan(args, prompts) -> list:
     """[(prompt, variant, cfg)] in run order: per prompt, the main methods (AR first), then its sweeps."""
-    base = bench.config_from(args, "nanospec")
+    base = _with(bench.config_from(args, "nanospec"), context="off")  # the paper's methods, without context drafting
     main = {m: _with(base, method=m) for m in METHODS}
     sweep = sweep_variants(base)
     sweep_ids = {p.id for p in sweep_prompts(prompts, args.sweep_prompts)}

@@ -58,6 +58,8 @@ def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto
         draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
     if draft == "self":
         return ModelDrafter(make_runner(model, tokenizer, runtime), "self"), "self"
+    if draft == "context":  # prompt lookup alone (core/context.py): no draft model, no draft head
+        return None, "context"
     if draft == "eagle":
         from core.eagle import load_eagle_drafter
         # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
@@ -140,7 +142,7 @@ class Pipeline:
         return chat_prompt_ids(self.tokenizer, prompt) if chat else self.tokenizer.encode(prompt)
 
     def build_head(self, cfg: SpecConfig):
-        if cfg.method == "ar":
+        if cfg.method == "ar" or self.drafter is None:
             return None
         fr_ids = None
         if cfg.method == "frspec":
@@ -165,7 +167,7 @@ class Pipeline:
         """Stream StepRecords for one generation (one run at a time per pipeline: runners hold caches).
         max_seconds: wall-clock cap from the start of generation; the run ends with what it produced,
         its last record marked cut="time limit"."""
-        cfg.validate(self.vocab_size, self.drafter.d)
+        cfg.validate(self.vocab_size, self.drafter.d if self.drafter is not None else None)
         ids = prompt_ids if prompt_ids is not None else self.prompt_ids(prompt, chat)
         head = self.build_head(cfg)
         with self.lock:

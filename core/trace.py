@@ -55,7 +55,18 @@ def summarize(records: list, wall_s: float | None = None) -> dict:
         "lm_head_ms_per_call": timing["lm_head"] / max(draft_calls, 1),
         "tokens_per_s": new_tokens / total_s if total_s > 0 else 0.0,
         "cut": next((r.cut for r in records if r.cut), ""),
+        **{f"accept_{o}": n / max(len(steps), 1) for o, n in accepted_by_origin(steps).items()},
     }
+
+
+def accepted_by_origin(records) -> dict:
+    """Accepted draft tokens by the origin of their tree node ("model" | "context"; no "origin" = model)."""
+    out = {"model": 0, "context": 0}
+    for r in records:
+        origin = r.tree.get("origin") or ["model"] * len(r.tree.get("tokens", []))
+        for i in r.accepted:
+            out[origin[i]] += 1
+    return out
 
 
 def new_tokens_after_prefill(records) -> int:

@@ -2,7 +2,8 @@
 
 Greedy verification emits exactly the target's greedy tokens. Sampling uses recursive rejection
 sampling over children drawn *without replacement* from the draft's pruned distribution q (zero
-outside I_t), which keeps the target distribution for chains and trees alike.
+outside I_t), which keeps the target distribution for chains and trees alike. Context branches
+(core/context.py) merge into the same tree; their nodes are deterministic proposals (q = δ_x).
 """
 from dataclasses import dataclass, field
 
@@ -20,9 +21,11 @@ class Tree:
     depth: list = field(default_factory=list)  # 1-based
     score: list = field(default_factory=list)  # cumulative log q
     q: dict = field(default_factory=dict)  # parent node -> (ids_map, q over I) used to sample its children
+    origin: list = field(default_factory=list)  # "model" | "context"
     head_calls: int = 0
 
-    def add(self, token, parent, logp, score) -> int:
+    def add(self, token, parent, logp, score, origin="model") -> int:
+        self.origin.append(origin)
         self.tokens.append(int(token))
         self.parents.append(parent)
         self.logp.append(float(logp))
@@ -52,7 +55,7 @@ def sample_children(logits_row, k, temperature, gen):
     return order, logq[order], logq
 
 
-def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) -> Tree:
+def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer, prune=True) -> Tree:
     """Greedy: EAGLE-2 — expand the top-k nodes of each level, then keep the `size` best by
     cumulative log q. Sampling: how many children a node gets is fixed before they are drawn
     (budget handed out in frontier order), since a prune that looks at the drawn children would bias
@@ -80,7 +83,7 @@ def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer) 
         with timer("draft_backbone"):
             states = drafter.expand(parent, ids, pos, mask)
         frontier = nxt
-    return t if sampling else _prune(t, size)
+    return t if sampling or not prune else _prune(t, size)
 
 
 def _add_level(t, frontier, logits, ids_map, k, budget, temperature, gen, backend) -> list:
@@ -116,14 +119,40 @@ def _expand_mask(t, nxt, pend) -> torch.Tensor:
     return m
 
 
-def _prune(t: Tree, size: int) -> Tree:
-    """Keep the `size` best nodes by score (greedy only); a node never ranks below its descendants."""
-    keep = sorted(sorted(range(len(t)), key=lambda i: (-t.score[i], i))[:size])
+def _prune(t: Tree, size: int, fixed=()) -> Tree:
+    """Keep the nodes in `fixed` and the best others by score, `size` in all; a node never ranks below its
+    descendants (scores fall along every path, ties keep the lower index: the parent)."""
+    fixed = set(fixed)
+    rest = sorted((i for i in range(len(t)) if i not in fixed), key=lambda i: (-t.score[i], i))
+    keep = sorted(fixed | set(rest[: max(size - len(fixed), 0)]))
     remap = {old: new for new, old in enumerate(keep)}
     out = Tree(head_calls=t.head_calls)
+    out.q = {remap.get(p, p): q for p, q in t.q.items() if p < 0 or p in remap}
     for i in keep:
-        out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i])
+        out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i], t.origin[i])
     return out
+
+
+def merge_context(t: Tree, branches, size: int, extra: int, sampling: bool) -> Tree:
+    """Merge context branches (core/context.py Branch: tokens, logp) into the model tree `t` (greedy: not yet
+    pruned) and keep `size` + min(new context nodes, `extra`) nodes by one rule, cumulative log-prob. A branch follows
+    the tree while its tokens are already children (shared prefix: the node's score becomes the better of
+    the two), then hangs new "context" nodes. Sampling keeps every model node (a prune that looks at drawn
+    children would bias rejection sampling) and ranks only the context nodes."""
+    kids = _children_by_token(t)
+    n_model = len(t)
+    for b in branches:
+        node, score = -1, 0.0
+        for tok, lp in zip(b.tokens, b.logp):
+            score += lp
+            c = kids.get((node, tok))
+            if c is None:
+                c = kids[(node, tok)] = t.add(tok, node, lp, score, origin="context")
+            else:
+                t.score[c] = max(t.score[c], score)
+            node = c
+    size += min(len(t) - n_model, extra)
+    return _prune(t, size, fixed=range(n_model) if sampling else ())
 
 
 def verify_inputs(t: Tree, root_token: int, root_pos: int):
@@ -181,8 +210,25 @@ def accept_sample(t: Tree, logits, temperature, top_p, gen) -> tuple:
 
 
 def _try_children(t, node, kids, p, gen):
-    """Accept child x with prob min(1, p(x)/q(x)); else p ← norm(max(p − q, 0)), q ← q without x.
-    Leaves the residual in p (in place) when every child is rejected."""
+    """Model children first, then context children (merge_context appends them). Model child x: accept with
+    prob min(1, p(x)/q(x)); else p ← norm(max(p − q, 0)), q ← q without x. Context child x (q = δ_x): accept
+    with prob p(x); else p ← norm(p without x). Leaves the residual in p (in place) when every child is rejected."""
+    model = [c for c in kids if t.origin[c] == "model"]
+    c = _try_model_children(t, node, model, p, gen) if model else None
+    if c is not None:
+        return c
+    for c in kids:
+        if t.origin[c] == "context":
+            x = t.tokens[c]
+            if float(torch.rand(1, generator=gen)) < float(p[x]):
+                return c
+            p[x] = 0
+            if p.sum() > 0:
+                p /= p.sum()
+    return None
+
+
+def _try_model_children(t, node, kids, p, gen):
     ids_map, q_act = t.q[node]
     q = torch.zeros_like(p)
     q[ids_map if ids_map is not None else slice(None)] = q_act.float()

@@ -1,8 +1,10 @@
-"""The draft tree of one step as inline SVG: accepted path green, rejected siblings red, nodes outside I_t dashed."""
+"""The draft tree of one step as inline SVG: accepted path green, rejected siblings red, nodes outside I_t dashed,
+nodes proposed by the context drafter (tree["origin"] == "context") marked with a purple corner dot."""
 from viz.text import rejected_nodes
 from viz.tokens import chip_label, esc, fmt_prob, prob_from_logp, token_str
 
 COL_W, ROW_H, NODE_W, NODE_H = 96, 30, 84, 22
+CONTEXT_COLOR = "#8e24aa"
 
 
 def render_tree(trace: dict, step: int | None = None) -> str:
@@ -94,16 +96,28 @@ def _tree_node(rec, vocab, j, p, acc, rej) -> str:
     if iv is False:
         cls += " node-oov"
     state = {"node-acc": "accepted", "node-rej": "rejected", "node-draft": "not verified"}[cls.split()[0]]
-    title = f"node {j} · {token_str(vocab, tid)!r} · draft p={fmt_prob(prob)} · {state} · in I_t: {iv}"
+    context = origin_of(tree, j) == "context"
+    if context:
+        cls += " node-ctx"
+        title = f"node {j} · {token_str(vocab, tid)!r} · from the context (prompt lookup) · {state}"
+    else:
+        title = f"node {j} · {token_str(vocab, tid)!r} · draft p={fmt_prob(prob)} · {state} · in I_t: {iv}"
     label = chip_label(vocab, tid, 9) + (" ∉I" if iv is False else "")
-    return _node(p, label, cls, title)
+    return _node(p, label, cls, title, dot=context)
 
 
-def _node(p, label, cls, title) -> str:
+def origin_of(tree: dict, j: int) -> str:
+    """"model" | "context" (a trace without origins is all model)."""
+    origin = tree.get("origin") or []
+    return origin[j] if j < len(origin) else "model"
+
+
+def _node(p, label, cls, title, dot=False) -> str:
     x, y = _xy(p)
+    mark = f'<circle class="ctx-dot" cx="{x + NODE_W - 5}" cy="{y + 5}" r="3.5" fill="{CONTEXT_COLOR}"/>' if dot else ""
     return (f'<g class="node {cls}"><title>{esc(title)}</title>'
             f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6"/>'
-            f'<text x="{x + NODE_W / 2}" y="{y + NODE_H / 2 + 4}" text-anchor="middle">{esc(label)}</text></g>')
+            f'<text x="{x + NODE_W / 2}" y="{y + NODE_H / 2 + 4}" text-anchor="middle">{esc(label)}</text>{mark}</g>')
 
 
 def _root_label(recs, idx, vocab) -> str:
@@ -115,15 +129,17 @@ def _caption(rec) -> str:
     n = len(rec["tree"]["tokens"])
     a = len(rec.get("accepted") or [])
     oov = sum(1 for v in rec["tree"].get("in_vocab", []) if v is False)
+    ctx = sum(1 for o in rec["tree"].get("origin") or [] if o == "context")
     return (f'<div class="tree-caption">step {rec["step"]} · {n} draft nodes · {a} accepted'
-            f' + 1 target token · {oov} outside I_t</div>')
+            f' + 1 target token · {oov} outside I_t' + (f' · {ctx} from the context' if ctx else '') + '</div>')
 
 
 def _legend() -> str:
     return ('<div class="legend"><span class="chip node-key node-acc">accepted</span>'
             '<span class="chip node-key node-rej">rejected</span><span class="chip node-key node-draft">not verified</span>'
             '<span class="chip node-key node-bonus">target token</span>'
-            '<span class="chip node-key node-oov">∉I outside I_t (dashed)</span></div>')
+            '<span class="chip node-key node-oov">∉I outside I_t (dashed)</span>'
+            f'<span class="chip node-key"><span style="color:{CONTEXT_COLOR}">●</span> from the context</span></div>')
 
 
 def _why_no_tree(rec) -> str:

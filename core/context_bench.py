@@ -1,0 +1,149 @@
+"""python -m core.context_bench: context drafting side by side with plain decoding, NanoSpec without it, and
+transformers' prompt-lookup `generate`, on the same prompts in one process (contenders interleaved per prompt).
+
+Rows per category: tokens/s, ratio to AR, mean accepted length, accepted tokens per step by origin
+(accept_model / accept_context), prompts identical to AR. Writes OUT/summary.csv and OUT/runs.jsonl.
+`--clock cpu` times with the process's CPU time instead of the wall clock: with `--threads 1` that drops the
+time spent descheduled on a loaded machine (as bench-runtime's `--clock cpu`).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from core.bench import select_prompts, set_threads, write_csv
+from core.cli import add_engine_args, config_from, torch_dtype
+from core.trace import compare_to_ar, summarize
+
+VARIANTS = ("ar", "nanospec", "nanospec+context", "context", "hf", "hf+lookup")
+COLS = ["category", "variant", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "vs_nanospec",
+        "mean_accept_len", "accept_model", "accept_context", "identical_to_ar"]
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="python -m core.context_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--prompts", nargs="+", default=None)
+    p.add_argument("--categories", default=None)
+    p.add_argument("--limit", type=int, default=2, help="prompts per category")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--lookup", type=int, default=10, help="transformers' prompt_lookup_num_tokens")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"))
+    p.add_argument("--out", required=True)
+    add_engine_args(p)
+    return p.parse_args(argv)
+
+
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def contenders(args) -> dict:
+    """variant -> fn(prompt_ids) -> (records or None, new token ids, wall s)."""
+    from core.models import DEFAULT_MODEL
+    from core.pipeline import Pipeline
+    from core.runtime_bench import hf_generate
+    model_id, dtype = args.model or DEFAULT_MODEL, torch_dtype(args.dtype)
+    spec = Pipeline.load(model_id, draft=args.draft, runtime=args.runtime, dtype=dtype)
+    ctx = Pipeline.load(model_id, draft="context", runtime=args.runtime, dtype=dtype)
+    cfg = {"ar": config_from(args, "ar"), "nanospec": _with(config_from(args, "nanospec"), context="off"),
+           "nanospec+context": _with(config_from(args, "nanospec"), context="on"),
+           "context": _with(config_from(args, "nanospec"), context="on")}
+    eos, clock = spec.eos_ids(), CLOCK[args.clock]
+
+    def ours(pipe, c):
+        def run(ids):
+            t0 = clock()
+            recs = list(pipe.run("", c, prompt_ids=ids))
+            return recs, [t for r in recs for t in r.emitted], clock() - t0
+        return run
+
+    def hf(lookup):
+        def run(ids):
+            t0 = clock()
+            out = hf_generate(spec.model, ids, args.max_new_tokens, lookup)
+            out = out[: next((i + 1 for i, t in enumerate(out) if t in eos), len(out))]
+            return None, out, clock() - t0
+        return run
+
+    ways = {"ar": ours(spec, cfg["ar"]), "nanospec": ours(spec, cfg["nanospec"]),
+            "nanospec+context": ours(spec, cfg["nanospec+context"]), "context": ours(ctx, cfg["context"]),
+            "hf": hf(0), "hf+lookup": hf(args.lookup)}
+    return {k: ways[k] for k in args.variants.split(",")}, spec
+
+
+def _with(cfg, **kw):
+    return cfg.__class__(**{**cfg.to_dict(), **kw})
+
+
+def run(args) -> list:
+    set_threads(args)
+    prompts = select_prompts(args)
+    ways, pipe = contenders(args)
+    ids = {p.id: pipe.prompt_ids(p.text) for p in prompts}
+    for fn in ways.values():  # warm every contender outside the timings
+        fn(ids[prompts[0].id][:32])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with (out / "runs.jsonl").open("w") as f:
+        for p in prompts:
+            ar = None
+            for name, fn in ways.items():
+                recs, toks, wall = fn(ids[p.id])
+                ar = (recs, toks) if name == "ar" else ar
+                row = {"prompt_id": p.id, "category": p.category, "variant": name, "new_tokens": len(toks),
+                       "wall_s": wall, "identical": _identical(recs, toks, ar)}
+                if recs is not None:
+                    s = summarize(recs, wall)
+                    row.update(steps=s["steps"], mean_accept_len=s["mean_accept_len"],
+                               accept_model=s["accept_model"], accept_context=s["accept_context"])
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                print(f"{p.id} {name}: {len(toks) / wall:.1f} tok/s", file=sys.stderr)
+    summary = summarize_rows(rows)
+    write_csv(out / "summary.csv", COLS, summary)
+    return summary
+
+
+def _identical(recs, toks, ar):
+    if ar is None:
+        return None
+    if recs is not None and ar[0] is not None:
+        return compare_to_ar(recs, ar[0])["identical"]
+    return toks == ar[1]
+
+
+def summarize_rows(rows) -> list:
+    groups = {}
+    for r in rows:
+        for cat in (r["category"], "all"):
+            groups.setdefault((cat, r["variant"]), []).append(r)
+    tps = {k: sum(r["new_tokens"] for r in g) / sum(r["wall_s"] for r in g) for k, g in groups.items()}
+    out = []
+    for (cat, v), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0][0], VARIANTS.index(kv[0][1]))):
+        steps = sum(r.get("steps", 0) for r in g)
+        mean = (lambda k: round(sum(r[k] * r["steps"] for r in g) / steps, 3)) if steps else (lambda k: "")
+        ident = [r["identical"] for r in g if r["identical"] is not None]
+        out.append({"category": cat, "variant": v, "n_prompts": len(g), "new_tokens": sum(r["new_tokens"] for r in g),
+                    "tokens_per_s": round(tps[(cat, v)], 2),
+                    "speedup_vs_ar": round(tps[(cat, v)] / tps[(cat, "ar")], 3) if (cat, "ar") in tps else "",
+                    "vs_nanospec": round(tps[(cat, v)] / tps[(cat, "nanospec")], 3) if (cat, "nanospec") in tps else "",
+                    "mean_accept_len": mean("mean_accept_len"), "accept_model": mean("accept_model"),
+                    "accept_context": mean("accept_context"),
+                    "identical_to_ar": f"{sum(ident)}/{len(ident)}" if ident else ""})
+    return out
+
+
+def main(argv=None) -> int:
+    rows = run(parse(argv))
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLS]
+    print("  ".join(c.ljust(w) for c, w in zip(COLS, widths)))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(w) for c, w in zip(COLS, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
