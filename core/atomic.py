@@ -7,6 +7,7 @@ os.replace is atomic); on any error, or if the writer leaves nothing, the tempor
 `path` is left as it was. A process killed mid-write leaves at most a `.NAME.*.tmp` file, which no
 loader opens.
 """
+import csv
 import os
 import tempfile
 from pathlib import Path
@@ -50,3 +51,13 @@ def _remove(tmp: str) -> None:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
+
+
+def append_csv(path: Path, cols, row: dict) -> None:
+    """One row appended and flushed at once (header first): a cut run keeps every finished row."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        w.writerow(row)

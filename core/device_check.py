@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.atomic import write_atomic
+from core.atomic import append_csv, write_atomic
 from core.errors import SpecError
 
 STEPS = ("env", "kernels", "lossless_tiny", "weights", "lossless", "train", "paper")
@@ -136,16 +136,6 @@ class alarm:
     @staticmethod
     def _fire(signum, frame):
         raise StepTimeout()
-
-
-def append_csv(path: Path, cols, row: dict) -> None:
-    """One row appended and flushed at once (header first): a cut run keeps every finished row."""
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerow(row)
 
 
 def write_json(ck: Check, name: str, data: dict) -> None:
@@ -344,7 +334,7 @@ def step_paper(ck: Check) -> str:
 
 def step_train(ck: Check) -> str:
     from core.device_train import train_step
-    return train_step(ck)
+    return train_step(ck, load_pipe, write_json)
 
 
 STEP_FNS = {"env": step_env, "kernels": step_kernels, "lossless_tiny": step_lossless_tiny, "weights": step_weights,

@@ -130,7 +130,7 @@ def with_head(pipe, path: Path, slim=None):
 def measure_tau(ck, heads: dict, deadline: float) -> dict:
     """tau = tokens per verify step (bonus included) per (head, method, shape), prompt by prompt until the deadline."""
     from core.config import SpecConfig
-    from core.device_check import append_csv
+    from core.atomic import append_csv
     from core.trace import new_tokens_after_prefill
     shapes = [("full", "tree"), ("full", "chain"), ("slimspec", "tree")]
     tot = {}
@@ -160,8 +160,9 @@ def publish_head(work, out: Path) -> Path:
     return out
 
 
-def train_step(ck) -> str:
-    from core.device_check import load_pipe, write_json
+def train_step(ck, load_pipe, write_json) -> str:
+    """device-check's train step; load_pipe(ck, model, draft) and write_json(ck, name, data) come from
+    core.device_check (passed in: this module sits below it)."""
     budget = ck.left()
     cfg, model, tok, data = train_head(ck, budget)
     slim = train_slim(ck, cfg, model, budget)

@@ -261,14 +261,14 @@ def rankings(source: str, corpus, runs, vocab_size: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from core.cli import load_pipeline
+    from core.cli import pipeline_from
     from core.freq import special_ids
     args = parse_args(argv)
     check_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     args.draft, args.runtime, args.dtype = "auto", "auto", "auto"
-    pipe = load_pipeline(args)
+    pipe = pipeline_from(args)
     V, always = pipe.vocab_size, special_ids(pipe.tokenizer)
     runs = calibrate(args, pipe)
     order_of = rankings(args.source, load_corpus(args, V), runs, V)

@@ -112,26 +112,6 @@ def test_initial_trace_is_browsable():
     assert len(vals) == 7 and "tok" in vals[0]
 
 
-def as_trace(*steps):
-    return {"records": [{"emitted": list(e)} for e in steps]}
-
-
-def test_is_lossless_when_the_run_emits_the_ar_tokens_however_they_are_split_into_steps():
-    assert app.is_lossless(as_trace([5], [6, 7, 8], [9]), as_trace([5], [6], [7], [8], [9]))
-
-
-def test_is_lossless_compares_only_the_tokens_both_runs_reached():
-    assert app.is_lossless(as_trace([5], [6, 7]), as_trace([5], [6], [7], [8]))  # a run cut at a stop
-
-
-def test_is_not_lossless_when_a_token_differs():
-    assert not app.is_lossless(as_trace([5], [6, 4]), as_trace([5], [6], [7]))
-
-
-def test_is_not_lossless_when_a_run_emitted_nothing():
-    assert not app.is_lossless(as_trace(), as_trace([5]))
-
-
 class FakePipe:
     """Replays a synthetic trace through the Pipeline interface (no model): spec methods get the trace's
     records, ar gets the same tokens one per step, so greedy runs are lossless by construction."""

@@ -175,7 +175,6 @@ def test_first_paint_shows_the_example_and_no_stale_speed(browser, url):
     page.close()
 
 
-@needs_pipeline
 def test_frspec_with_a_small_vocabulary_shows_vocabulary_misses(browser, url):
     page = open_page(browser, url)
     set_max_tokens(page, "32")

@@ -94,7 +94,7 @@ def test_attend_rows_do_not_depend_on_masked_gaps_or_the_pass_size():
 
 
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
-    from tiny import tiny_model
+    from core.tiny import tiny_model
 
     def no_compiler(*args):
         raise OSError("cc: not found")
@@ -122,7 +122,7 @@ def test_pipeline_runtime_note_says_which_path_runs_and_why():
 
 
 def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
-    from tiny import tiny_model
+    from core.tiny import tiny_model
     runner = rt.FastRunner(tiny_model(0, d=32))  # 4 heads of 8
     assert not runner.kernels and "multiple of 16" in runner.kernels_reason
     ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]

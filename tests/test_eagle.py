@@ -6,7 +6,7 @@ import torch
 from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
 from core.train_eagle import TrainConfig, draft_losses, response_start, sample_batch, spec_generate, target_weights, token_subset
 from core.runner import EagerRunner
-from tiny import tiny_model
+from core.tiny import tiny_model
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)

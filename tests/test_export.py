@@ -11,7 +11,7 @@ from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, l
 from core.errors import SpecError
 from core.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
                          token_map, write_map)
-from core.models import tiny_model
+from core.tiny import tiny_model
 from core.prompts import Prompt
 from core.trace import StepRecord
 

@@ -8,7 +8,7 @@ from core.errors import SpecError
 from core.freq import (count_generations, count_tokens, frspec_ids, load_ranks, load_table, read_texts,
                        save_table, special_ids)
 from core.models import model_alias
-from tiny import tiny_model, tiny_tokenizer
+from core.tiny import tiny_model, tiny_tokenizer
 
 TEMPLATE = "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s>{% endif %}"
 

@@ -11,7 +11,7 @@ from core import bench, paper
 from core.draft import ModelDrafter
 from core.pipeline import Pipeline
 from core.runtime import make_runner
-from tiny import tiny_tokenizer
+from core.tiny import tiny_tokenizer
 from viz import paper as vp
 
 OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensitivity", "fig6_vocab_evolution",

