@@ -144,7 +144,8 @@ body.speclens-text-view .tok-bonus.tok-vmiss { background: rgba(161,66,244,.22);
   .source-note .hint, .legend-note, .legend .tok-prompt, .legend .tok-ar { display: none; }
   .source-note, .measured { font-size: 11px; line-height: 1.35; }
   .legend { margin-top: 4px; gap: 3px 6px; font-size: 11px; }
-  #coverage-plot { zoom: .82; }
+  #coverage-plot { zoom: .76; }
+  .summary-note { font-size: 11px; padding: 1px 6px; margin-top: 2px; line-height: 1.3; }
   #run-view { gap: 6px !important; }
   #header h1 { font-size: 22px !important; margin: 0 !important; line-height: 1.2 !important; }
   .summary-footer .runtime { display: none; }
