@@ -73,7 +73,7 @@ def train_head(ck, budget: float) -> tuple:
     build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, pairs)
     model, tok = load_target(cfg.target, cfg.device)  # the fp32 target again (a bf16 round trip rounds W)
     model.requires_grad_(False)
-    train(model, tok, cfg, [])
+    train(model, tok, cfg)
     ids, _ = load_cache(cfg.out)
     return cfg, model, tok, {"tokens": sum(len(i) for i in ids), "seqs": len(ids), "source": source,
                              "init": cfg.init or "the target's last layer"}

@@ -6,9 +6,9 @@ the generation passes). Both are cached on disk as fp16 shards in DIR/cache (res
 Loss per draft depth s (EAGLE-3 training-time test: depth s >= 2 feeds the head its own predicted feature):
   feat_w * SmoothL1(f^/sigma, f/sigma)   (one global scale sigma: scale-robust, keeps f^ on f's scale)
   + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data)
-Checkpoints DIR/ckpt.pt every --ckpt-min minutes; rerunning the same command resumes.
+Checkpoints DIR/ckpt.pt every --ckpt-min minutes (and every --ckpt-every steps); rerunning the same command
+resumes. The training card's tau comes from the engine (Pipeline.run, method full) drafting with the new head.
 """
-import argparse
 import glob
 import json
 import math
@@ -16,14 +16,14 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
 from core.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
-
+from core.train_loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
 @dataclass
@@ -61,13 +61,14 @@ class TrainConfig:
     eval_every: int = 100         # steps between held-out response agreement checks
     device: str = "cpu"           # where the target, the cache generation and the training run (cpu | cuda)
     gen_minutes: float = 0.0      # wall-clock budget of the data generation (0 = no limit; finished shards stay)
+    ckpt_every: int = 0           # also checkpoint every N steps (0 = by --ckpt-min only)
+    log_every: int = 25           # steps between progress lines
+    cache_only: bool = False      # build the feature cache (and held-out set), then stop
 
 
-def log(out, msg):
-    line = f"{time.strftime('%H:%M:%S')} {msg}"
-    print(line, flush=True)
-    with open(os.path.join(out, "progress.log"), "a") as f:
-        f.write(line + "\n")
+def logger(cfg):
+    """log(msg) to stdout and DIR/progress.log."""
+    return progress_log(os.path.join(cfg.out, "progress.log"))
 
 
 # ---------------------------------------------------------------- target + prompts
@@ -97,9 +98,9 @@ def split_pairs(cfg):
 
 
 def chat_ids(tok, prompt, response=None):
-    msgs = [{"role": "user", "content": prompt}]
-    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    """The prompt as one user turn (chat template + generation prompt), then the response's ids if given."""
+    from core.models import chat_prompt_ids
+    ids = chat_prompt_ids(tok, prompt)
     if response is not None:
         ids += tok(response, add_special_tokens=False)["input_ids"]
     return ids
@@ -207,7 +208,7 @@ def build_cache(model, tok, cfg, pairs):
         ntok = sum(len(r[0]) for r in rows)
         have += ntok
         made += ntok
-        log(cfg.out, f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
+        logger(cfg)(f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
     hook.h.remove()
 
 
@@ -227,7 +228,7 @@ def build_heldout(model, tok, cfg, pairs):
         rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + cfg.gen_batch, cfg.holdout)]], cfg, hook)
     hook.h.remove()
     save_rows(path, rows)
-    log(cfg.out, f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
+    logger(cfg)(f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
 
 
 def cached_tokens(out):
@@ -345,19 +346,13 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     return loss, stats
 
 
-def lr_at(step, cfg, frac=0.0):
-    """Linear warmup, cosine to 10%; progress = max(step fraction, time fraction `frac`)."""
-    warm = min(50, cfg.steps // 10 + 1)
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    x = max((step - warm) / max(1, cfg.steps - warm), frac)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, x))))
+def warmup_steps(cfg) -> int:
+    return min(50, cfg.steps // 10 + 1)
 
 
 def save_ckpt(path, head, opt, step, rng, extra):
-    ck = {"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng.getstate(),
-          "torch_rng": torch.get_rng_state(), **extra}
-    write_atomic(path, lambda tmp: torch.save(ck, tmp))
+    save_checkpoint(path, {"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "rng": rng.getstate(),
+                           "torch_rng": torch.get_rng_state(), **extra})
 
 
 def new_head(model, cfg):
@@ -365,7 +360,7 @@ def new_head(model, cfg):
                        feature="pre_norm" if cfg.final_norm else "post_norm")
     head = init_from_target(EagleHead(model.config, ecfg), model).to(model.device).attach(model)
     if cfg.init.endswith(".pt"):
-        head.load_state_dict(torch.load(cfg.init, weights_only=False, map_location=model.device)["head"])
+        head.load_state_dict(load_checkpoint(cfg.init, map_location=model.device)["head"])
     elif cfg.init:
         from safetensors.torch import load_file
         sd = load_file(os.path.join(cfg.init, "eagle.safetensors"))
@@ -395,16 +390,47 @@ def agreement_text(d) -> str:
     return " ".join(f"{k}={v:.3f}" for k, v in d.items() if k != "step")
 
 
-def train(model, tok, cfg, eval_pairs):
+def load_heldout(cfg, marker):
+    """(ids, feats, response starts) of DIR/heldout.pt, or None."""
+    path = os.path.join(cfg.out, "heldout.pt")
+    if not os.path.exists(path):
+        return None
+    h = torch.load(path)
+    return h["ids"], h["feats"], [response_start(x, marker) for x in h["ids"]]
+
+
+def resume(path, head, opt, rng, neg_gen) -> dict:
+    """{step, hist, spent, held0, run}: from the checkpoint at `path` (head, optimizer and RNGs restored), else
+    fresh (run: the running means of the losses)."""
+    c = load_checkpoint(path)
+    if c is None:
+        return {"step": 0, "hist": [], "spent": 0.0, "held0": {}, "run": {}}
+    head.load_state_dict(c["head"]), opt.load_state_dict(c["opt"])
+    rng.setstate(c["rng"]), torch.set_rng_state(c["torch_rng"])
+    neg_gen.set_state(c["neg"])
+    return {"step": c["step"], "hist": c.get("hist", []), "spent": c.get("spent", 0.0), "held0": c.get("held0", {}),
+            "run": c.get("run", {})}
+
+
+def train_step(head, opt, W_S, batch, sigma, cfg):
+    """One AdamW step on the draft losses of `batch` (X, Fe, valid); returns (loss, stats)."""
+    X, Fe, valid = batch
+    with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
+        loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+    opt.step()
+    return loss, st
+
+
+def train(model, tok, cfg):
+    log = logger(cfg)
     ids, feats = load_cache(cfg.out)
     ntok = sum(len(i) for i in ids)
     marker = response_marker(tok)
     starts = [response_start(x, marker) for x in ids]
-    hp = os.path.join(cfg.out, "heldout.pt")
-    held = None
-    if os.path.exists(hp):
-        h = torch.load(hp)
-        held = (h["ids"], h["feats"], [response_start(x, marker) for x in h["ids"]])
+    held = load_heldout(cfg, marker)
     head = new_head(model, cfg)
     W = model.get_output_embeddings().weight.detach()
     sub = token_subset(ids, W.shape[0], cfg.vocab_subset - cfg.negatives if cfg.vocab_subset else 0)
@@ -414,184 +440,106 @@ def train(model, tok, cfg, eval_pairs):
     rng = random.Random(cfg.seed)
     neg_gen = torch.Generator().manual_seed(cfg.seed)
     ck = os.path.join(cfg.out, "ckpt.pt")
-    step, hist, spent, held_first = 0, [], 0.0, {}
-    if os.path.exists(ck):
-        c = torch.load(ck, weights_only=False)
-        head.load_state_dict(c["head"]), opt.load_state_dict(c["opt"])
-        step, hist, spent = c["step"], c.get("hist", []), c.get("spent", 0.0)
-        rng.setstate(c["rng"]), torch.set_rng_state(c["torch_rng"])
-        neg_gen.set_state(c["neg"])
-        held_first = c.get("held0", {})
-        log(cfg.out, f"resumed at step {step}")
+    st = resume(ck, head, opt, rng, neg_gen)
+    step, hist = st["step"], st["hist"]
+    if step:
+        log(f"resumed at step {step}")
     resp = sum(len(x) - s for x, s in zip(ids, starts))
-    log(cfg.out, f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
+    log(f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
     check = lambda: heldout_agreement(head, W, held, sigma, cfg) if held else {}
     held0 = check()
-    held_first = held_first or held0
+    held_first = st["held0"] or held0
     if held0:
-        log(cfg.out, f"held-out response agreement at step {step}: {agreement_text(held0)}")
+        log(f"held-out response agreement at step {step}: {agreement_text(held0)}")
     from tqdm import tqdm
     bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
-    t_ck, t0, seen, run = time.time(), time.time(), 0, {}
-    frac = lambda: (spent + time.time() - t0) / (cfg.minutes * 60) if cfg.minutes else 0.0
+    clock, warm = Stopwatch(st["spent"]), warmup_steps(cfg)
+    t_ck, t0, seen, run = time.time(), time.time(), 0, st["run"]
+    frac = lambda: clock.seconds() / (cfg.minutes * 60) if cfg.minutes else 0.0
+    extra = lambda: {"hist": hist, "spent": clock.seconds(), "neg": neg_gen.get_state(), "held0": held_first,
+                     "run": run}
     while step < cfg.steps and frac() < 1.0:
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg, frac())
-        X, Fe, valid = (t.to(W.device) for t in sample_batch(ids, feats, cfg, rng, starts))
+        set_lr(opt, lr_at(step, cfg.steps, cfg.lr, warm, frac()))
+        batch = tuple(t.to(W.device) for t in sample_batch(ids, feats, cfg, rng, starts))
         W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen).to(W.device)]
-        with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-            loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
+        loss, stats = train_step(head, opt, W_S, batch, sigma, cfg)
         step += 1
-        seen += int((valid > 0).sum())
-        for k, v in st.items():
+        seen += int((batch[2] > 0).sum())
+        for k, v in stats.items():
             run[k] = 0.95 * run.get(k, v) + 0.05 * v
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", a1=f"{run['a1']:.3f}")
-        if step % 25 == 0 or step == cfg.steps:
+        if due(step, cfg.log_every, cfg.steps):
             msg = " ".join(f"{k}={v:.3f}" for k, v in sorted(run.items()))
-            log(cfg.out, f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg, frac()):.2e} "
-                         f"{seen / (time.time() - t0):.0f} tok/s, {(spent + time.time() - t0) / 60:.1f} min")
+            log(f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg.steps, cfg.lr, warm, frac()):.2e} "
+                f"{seen / (time.time() - t0):.0f} tok/s, {clock.seconds() / 60:.1f} min")
             hist.append({"step": step, **run})
         if held and step % cfg.eval_every == 0:
             hist.append({"step": step, **check()})
-            log(cfg.out, f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
-        if time.time() - t_ck > cfg.ckpt_min * 60 or step == cfg.steps:
-            save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state(),
-                                                 "held0": held_first})
+            log(f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
+        if time.time() - t_ck > cfg.ckpt_min * 60 or due(step, cfg.ckpt_every, cfg.steps):
+            save_ckpt(ck, head, opt, step, rng, extra())
             t_ck = time.time()
     bar.close()
-    save_ckpt(ck, head, opt, step, rng, {"hist": hist, "spent": spent + time.time() - t0, "neg": neg_gen.get_state(),
-                                         "held0": held_first})
+    save_ckpt(ck, head, opt, step, rng, extra())
     save_head(head, cfg.out)
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
-            "minutes": (spent + time.time() - t0) / 60, "response": resp, "held0": held_first, "held": check()}
+            "minutes": clock.seconds() / 60, "response": resp, "held0": held_first, "held": check()}
     if card["held"]:
-        log(cfg.out, f"held-out response agreement at the end: {agreement_text(card['held'])}")
-    prompts, card["eval_src"] = eval_prompts(cfg, eval_pairs)
-    acc = evaluate(model, tok, head, prompts, cfg) if prompts else {}
+        log(f"held-out response agreement at the end: {agreement_text(card['held'])}")
+    prompts, card["eval_src"] = eval_prompts(cfg)
+    card["eval_n"] = len(prompts)
+    acc = engine_tau(card_pipeline(model, tok, head, cfg.target), prompts) if prompts else {}
     write_card(cfg, card, acc)
-    log(cfg.out, f"done: {json.dumps(acc)}")
+    log(f"done: {json.dumps(acc)}")
     return 0
 
 
-# ---------------------------------------------------------------- acceptance (greedy, full-vocabulary head)
+# ---------------------------------------------------------------- acceptance: the engine with the new head
 
-def draft_greedy_tree(drafter, W, root_state, root_pos, depth, top_k, size):
-    """EAGLE-2-style dynamic tree: expand the top_k best nodes per level, keep the `size` best by
-    cumulative log q. Returns (tokens, parents, depths) with parents -1 = child of the root."""
-    toks, pars, deps, score, pend = [], [], [], [], {}
-    frontier, st = [-1], root_state
-    for level in range(depth):
-        logq = torch.log_softmax(st.head_in.float() @ W.T.float(), -1)
-        top = logq.topk(top_k)
-        new = []
-        for r, par in enumerate(frontier):
-            base = 0.0 if par < 0 else score[par]
-            for c, lp in zip(top.indices[r].tolist(), top.values[r].tolist()):
-                toks.append(c), pars.append(par), deps.append(level + 1), score.append(base + lp)
-                new.append(len(toks) - 1)
-        if level == depth - 1:
-            break
-        nxt = sorted(new, key=lambda i: -score[i])[:top_k]
-        rows = torch.tensor([frontier.index(pars[i]) for i in nxt])
-        mask = torch.zeros(len(nxt), len(pend) + len(nxt), dtype=torch.bool)
-        for j, i in enumerate(nxt):
-            mask[j, len(pend) + j] = True
-            a = pars[i]
-            while a >= 0:
-                mask[j, pend[a]] = True
-                a = pars[a]
-        for i in nxt:
-            pend[i] = len(pend)
-        st = drafter.expand(st.select(rows) if hasattr(st, "select") else type(st)(st.head_in[rows], st.state[rows]),
-                            torch.tensor([toks[i] for i in nxt]), torch.tensor([root_pos + deps[i] for i in nxt]), mask)
-        frontier = nxt
-    keep = sorted(sorted(range(len(toks)), key=lambda i: (-score[i], i))[:size])
-    remap = {o: n for n, o in enumerate(keep)}
-    return [toks[i] for i in keep], [-1 if pars[i] < 0 else remap[pars[i]] for i in keep], [deps[i] for i in keep]
+CARD_SHAPES = {"chain": {"shape": "chain", "gamma": 4}, "tree": {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}}
+CARD_MAX_NEW = 64
 
 
-@torch.no_grad()
-def spec_generate(runner, drafter, prompt, max_new, depth, top_k, size, eos=None):
-    """Greedy speculative decoding; returns (emitted tokens, accepted length per step)."""
-    W = runner.head_weight
-    runner.reset()
-    n = len(prompt)
-    hid, feats = runner.forward(torch.tensor(prompt), torch.arange(n), None)
-    runner.commit(torch.arange(n))
-    root = int(runner.logits(hid[-1:]).argmax())
-    st = drafter.prefill(torch.tensor(prompt), root, feats)
-    out, acc, pos = [root], [], n
-    while len(out) < max_new and root != eos:
-        toks, pars, deps = draft_greedy_tree(drafter, W, st, pos, depth, top_k, size)
-        drafter.rollback()
-        k = len(toks) + 1
-        mask = torch.zeros(k, k, dtype=torch.bool)
-        mask[:, 0] = True
-        for i in range(k - 1):
-            a = i
-            while a >= 0:
-                mask[i + 1, a + 1] = True
-                a = pars[a]
-        hid, f = runner.forward(torch.tensor([root] + toks), torch.tensor([pos] + [pos + d for d in deps]), mask)
-        best = runner.logits(hid).argmax(-1).tolist()
-        path, cur = [], -1
-        while True:
-            kids = [i for i in range(k - 1) if pars[i] == cur and toks[i] == best[cur + 1]]
-            if not kids:
-                break
-            cur = kids[0]
-            path.append(cur)
-        bonus = best[cur + 1]
-        keep = torch.tensor([0] + [i + 1 for i in path])
-        runner.commit(keep)
-        emitted = [toks[i] for i in path] + [bonus]
-        st = drafter.extend(torch.tensor(emitted), f[keep])
-        out += emitted
-        acc.append(len(path))
-        pos += len(keep)
-        root = bonus
-        if eos in emitted:
-            break
-    return out, acc
+def eval_prompts(cfg) -> tuple:
+    """(the first cfg.eval_prompts shipped prompts, round robin over categories; their source)."""
+    from core.prompts import load_prompts
+    ps = load_prompts()
+    cats = sorted({p.category for p in ps})
+    by = [[p.text for p in ps if p.category == c] for c in cats]
+    out = [b[i] for i in range(max(len(b) for b in by)) for b in by if i < len(b)]
+    return out[:cfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
 
 
-def eval_prompts(cfg, held_out):
-    """cfg.eval_prompts prompts from assets/prompts (round robin over categories), else held-out corpus prompts."""
-    try:
-        from core.prompts import load_prompts
-        ps = load_prompts()
-        cats = sorted({p.category for p in ps})
-        by = [[p.text for p in ps if p.category == c] for c in cats]
-        out = [b[i] for i in range(max(len(b) for b in by)) for b in by if i < len(b)]
-        return out[:cfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
-    except Exception:
-        return [p for p, _ in held_out[:cfg.eval_prompts]], "held-out corpus prompts"
-
-
-def evaluate(model, tok, head, prompts, cfg, shapes=(("chain", 4, 1, 4), ("tree", 6, 4, 24)), max_new=64):
-    """tau = tokens emitted per verify step (bonus included) and acceptance rate per depth, per shape."""
+def card_pipeline(model, tok, head, target_id):
+    """A Pipeline drafting with `head` for the target `model` on the eager runner: the engine the card's tau
+    comes from."""
     from core.eagle import EagleDrafter
-    from core.runner import EagerRunner
-    runner = EagerRunner(model, tok)
-    drafter = EagleDrafter(head.eval(), runner.head_weight)
+    from core.pipeline import Pipeline
+    from core.runtime import make_runner
+    target = make_runner(model, tok, "eager")
+    return Pipeline(target_id, model, tok, target, EagleDrafter(head.eval(), target.head_weight), "eagle")
+
+
+def engine_tau(pipe, prompts, shapes=None, max_new=CARD_MAX_NEW) -> dict:
+    """Per draft shape: tau = the engine's mean accepted length (trace.summarize: tokens per verify step, bonus
+    included) over every prompt's steps; greedy, method full, context drafting off (the head alone)."""
+    from core.config import SpecConfig
+    from core.trace import summarize
     res = {}
-    for name, depth, top_k, size in shapes:
-        accs = []
-        for p in prompts:
-            _, a = spec_generate(runner, drafter, chat_ids(tok, p)[-cfg.max_prompt:], max_new, depth, top_k, size, tok.eos_token_id)
-            accs += a
-        at = torch.tensor(accs, dtype=torch.float)
-        res[name] = {"depth": depth, "top_k": top_k, "size": size, "steps": len(accs), "tau": float(at.mean() + 1),
-                     "p_depth": [float((at >= i).float().mean()) for i in range(1, depth + 1)]}
+    for name, shape in (shapes or CARD_SHAPES).items():
+        cfg = SpecConfig(method="full", max_new_tokens=max_new, context="off", **shape).validate()
+        s = summarize([r for p in prompts for r in pipe.run(p, cfg)])
+        res[name] = {**shape, "prompts": len(prompts), "steps": s["steps"], "tau": s["mean_accept_len"]}
     return res
 
 
+def shape_text(r) -> str:
+    return f"chain gamma = {r['gamma']}" if r["shape"] == "chain" else f"tree {r['depth']}/{r['top_k']}/{r['tree_size']}"
+
+
 def write_card(cfg, card, acc, path=None):
+    """DIR/training_card.md: data, loss, schedule, held-out agreement, and the engine's tau per shape (`acc`)."""
     path = path or os.path.join(cfg.out, "training_card.md")
     lines = [f"# EAGLE head for {cfg.target}", "",
              "One LlamaDecoderLayer (init: the target's last layer) + fc [2d -> d] over [pre-norm last-layer feature; "
@@ -613,35 +561,20 @@ def write_card(cfg, card, acc, path=None):
              f"- held-out response agreement (full vocabulary, {cfg.holdout} self-distilled eval-split prompts, "
              "teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
                                                        for k, v in card.get("held", {}).items()), "",
-             f"## Acceptance (greedy, full-vocabulary head W, fp32 target, {card.get('eval_src', '')}, "
-             f"{cfg.eval_prompts} prompts x 64 new tokens)", "",
-             "tau = tokens emitted per verify step (bonus included).", "",
-             "| shape | depth | top_k | nodes | verify steps | tau | P(accept >= depth i) |", "|---|---|---|---|---|---|---|"]
-    for name, r in acc.items():
-        lines.append(f"| {name} | {r['depth']} | {r['top_k']} | {r['size']} | {r['steps']} | {r['tau']:.2f} | "
-                     + " ".join(f"{x:.2f}" for x in r["p_depth"]) + " |")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+             f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
+             f"head W, fp32 target on the eager runner; {card.get('eval_n', 0)} prompts of {card.get('eval_src', '')} x "
+             f"{CARD_MAX_NEW} new tokens)", "",
+             "tau = the engine's mean accepted length (core.trace.summarize: tokens per verify step, bonus included).", "",
+             "| shape | verify steps | tau |", "|---|---|---|"]
+    for r in acc.values():
+        lines.append(f"| {shape_text(r)} | {r['steps']} | {r['tau']:.3f} |")
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 # ---------------------------------------------------------------- CLI
 
-def parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m core train-eagle")
-    for k, v in asdict(TrainConfig()).items():
-        name = "--" + k.replace("_", "-")
-        if isinstance(v, bool):
-            ap.add_argument(name, type=lambda s: s.lower() in ("1", "true", "yes"), default=v)
-        else:
-            ap.add_argument(name, type=type(v), default=v)
-    ap.add_argument("--cache-only", action="store_true")
-    a = vars(ap.parse_args(argv))
-    cache_only = a.pop("cache_only")
-    return TrainConfig(**a), cache_only
-
-
 def main(argv=None):
-    cfg, cache_only = parse(sys.argv[1:] if argv is None else argv)
+    cfg = parse_config(TrainConfig, sys.argv[1:] if argv is None else argv, "python -m core train-eagle")
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     os.makedirs(cfg.out, exist_ok=True)
@@ -654,9 +587,9 @@ def main(argv=None):
     model, tok = load_target(cfg.target, cfg.device)  # the exact fp32 target again (a bf16 round trip would round W)
     for p in model.parameters():
         p.requires_grad_(False)
-    if cache_only:
+    if cfg.cache_only:
         return 0
-    return train(model, tok, cfg, ev)
+    return train(model, tok, cfg)
 
 
 if __name__ == "__main__":

@@ -8,20 +8,36 @@ step, batch RNG) is written atomically and a rerun with the same settings contin
 raised); progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
 Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down) and appends a line to OUT/training_card.md.
 """
-import argparse
 import json
-import math
 import os
 import random
 import sys
-import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
-from core.errors import SpecError
 from core.heads import svd_factors
+from core.train_loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
+
+
+@dataclass
+class SlimConfig:
+    head: str = field(metadata={"help": "the EAGLE head's dir (eagle.safetensors + config.json)"})
+    out: str | None = field(default=None, metadata={"help": "output dir (default: --head)"})
+    rank: int = field(default=0, metadata={"help": "r (0 = d/8)"})
+    cache: str = field(default="runs/eagle_smollm2", metadata={"help": "train-eagle --out dir holding cache/"})
+    tokens: int = 20000
+    steps: int = 400
+    batch: int = 256
+    lr: float = field(default=1e-3, metadata={"help": "peak lr (warmup, then cosine to 10%%)"})
+    warmup: int | None = field(default=None, metadata={"help": "warmup steps (default: min(100, steps/20))"})
+    ce_w: float = field(default=0.0, metadata={"help": "weight of CE at the full head's argmax"})
+    ckpt_every: int = 100
+    eval_every: int = 250
+    seed: int = 0
+    threads: int = 1
 
 
 def svd_init(W, r):
@@ -78,34 +94,15 @@ def held_out(W, up, down, val, chunk=512):
     return [kl / len(val), top1 / len(val)]
 
 
-def lr_at(step, steps, lr, warmup):
-    """lr for 0-based `step`: linear warmup over `warmup` steps, then cosine from lr to 0.1 lr at `steps`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (0.1 + 0.45 * (1 + math.cos(math.pi * t)))
-
-
 def split_val(h):
     """(held-out, train) rows of h: the first min(2048, N/5) rows are held out (whole sequences, mostly)."""
     n_val = min(2048, len(h) // 5)
     return h[:n_val], h[n_val:]
 
 
-def read_ckpt(path, settings):
-    """The checkpoint dict at `path`, or None if there is none; SpecError if it was made with other settings."""
-    if not path or not os.path.exists(path):
-        return None
-    ck = torch.load(path, weights_only=False)
-    if ck["settings"] != settings:
-        raise SpecError(f"{path} was made with {ck['settings']}, not {settings}: use another --out or delete it")
-    return ck
-
-
 def write_ckpt(path, up, down, opt, gen, state, settings):
-    ck = {"up": up.detach(), "down": down.detach(), "opt": opt.state_dict(), "rng": gen.get_state(),
-          "state": dict(state), "settings": settings}
-    write_atomic(path, lambda tmp: torch.save(ck, tmp))
+    save_checkpoint(path, {"up": up.detach(), "down": down.detach(), "opt": opt.state_dict(), "rng": gen.get_state(),
+                           "state": dict(state), "settings": settings})
 
 
 def start(W, r, lr, seed, ckpt, settings, init=None):
@@ -116,7 +113,7 @@ def start(W, r, lr, seed, ckpt, settings, init=None):
     opt = torch.optim.Adam([up, down], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     state = {"step": 0, "elapsed": 0.0, "before": None}
-    ck = read_ckpt(ckpt, settings)
+    ck = load_checkpoint(ckpt, settings)
     if ck is not None:
         with torch.no_grad():
             up.copy_(ck["up"])
@@ -128,8 +125,7 @@ def start(W, r, lr, seed, ckpt, settings, init=None):
 
 
 def train_step(W, up, down, opt, hb, lr, ce_w):
-    for g in opt.param_groups:
-        g["lr"] = lr
+    set_lr(opt, lr)
     loss, kl = slim_loss(W, up, down, hb, ce_w)
     opt.zero_grad()
     loss.backward()
@@ -151,32 +147,23 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
         log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
     elif st["step"] < steps:
         log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
-    t0, kls, after = time.time() - st["elapsed"], [], None
+    clock, kls, after = Stopwatch(st["elapsed"]), [], None
     while st["step"] < steps and not (max_seconds and st["elapsed"] > max_seconds):
         rate = lr_at(st["step"], steps, lr, warmup)
         hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
         kls.append(train_step(W, up, down, opt, hb, rate, ce_w))
         st["step"] += 1
-        st["elapsed"] = time.time() - t0
+        st["elapsed"] = clock.seconds()
         s = st["step"]
-        if s % log_every == 0 or s == steps:
+        if due(s, log_every, steps):
             log(f"slim step {s}/{steps} kl={sum(kls) / len(kls):.4f} lr={rate:.2e} elapsed={st['elapsed']:.0f}s")
             kls = []
-        if s % eval_every == 0 or s == steps:
+        if due(s, eval_every, steps):
             after = held_out(W, up, down, val)
             log(f"slim step {s}/{steps} held-out kl={after[0]:.4f} top1={after[1]:.4f}")
-        if ckpt and (s % ckpt_every == 0 or s == steps):
+        if ckpt and due(s, ckpt_every, steps):
             write_ckpt(ckpt, up, down, opt, gen, st, settings)
     return up.detach(), down.detach(), st["before"], after or held_out(W, up, down, val)  # the last step's eval
-
-
-def file_logger(path):
-    """log(msg): print it and append it to `path`."""
-    def log(msg):
-        print(msg, flush=True)
-        with open(path, "a") as f:
-            f.write(msg + "\n")
-    return log
 
 
 def load_inputs(a):
@@ -207,32 +194,13 @@ def card_line(a, name, W, r, n, before, after, secs):
             f"({secs:.0f} s of training)")
 
 
-def parse(argv):
-    ap = argparse.ArgumentParser(prog="python -m core train-slim")
-    ap.add_argument("--head", required=True)
-    ap.add_argument("--out", default=None, help="output dir (default: --head)")
-    ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--cache", default="runs/eagle_smollm2", help="train-eagle --out dir holding cache/")
-    ap.add_argument("--tokens", type=int, default=20000)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=1e-3, help="peak lr (warmup, then cosine to 10%%)")
-    ap.add_argument("--warmup", type=int, default=None, help="warmup steps (default: min(100, steps/20))")
-    ap.add_argument("--ce-w", type=float, default=0.0, help="weight of CE at the full head's argmax")
-    ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--eval-every", type=int, default=250)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    return ap.parse_args(sys.argv[1:] if argv is None else argv)
-
-
 def main(argv=None):
-    a = parse(argv)
+    a = parse_config(SlimConfig, sys.argv[1:] if argv is None else argv, "python -m core train-slim")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     out = a.out or a.head
     os.makedirs(out, exist_ok=True)
-    log = file_logger(os.path.join(out, "slim_progress.log"))
+    log = progress_log(os.path.join(out, "slim_progress.log"))
     W, h = load_inputs(a)
     r = a.rank or W.shape[1] // 8
     settings = {"head": a.head, "cache": a.cache, "rank": r, "tokens": a.tokens, "batch": a.batch, "lr": a.lr,
@@ -243,7 +211,7 @@ def main(argv=None):
                                             settings=settings)
     name = f"slim_r{r}.safetensors"
     save_factors(os.path.join(out, name), up, down)
-    secs = torch.load(os.path.join(out, "slim_ckpt.pt"), weights_only=False)["state"]["elapsed"]
+    secs = load_checkpoint(os.path.join(out, "slim_ckpt.pt"))["state"]["elapsed"]
     line = card_line(a, name, W, r, len(h), before, after, secs)
     with open(os.path.join(out, "training_card.md"), "a") as f:
         f.write(line + "\n")

@@ -7,8 +7,8 @@ from imports import cycles, external_imports, graph, modules_under, project_impo
 CORE = modules_under("core") + modules_under("core.kernels")
 # experiments and entry points: `python -m core ...` subcommands and what only they use
 ENTRIES = {"core.__main__", "core.cli", "core.bench", "core.paper", "core.runtime_bench", "core.train_eagle",
-           "core.train_slim", "core.kernels.bench", "core.device_check", "core.device_train", "core.device_tiny",
-           "core.export", "core.example", "core.bench_pair", "core.context_bench", "core.chunks"}
+           "core.train_slim", "core.train_loop", "core.kernels.bench", "core.device_check", "core.device_train",
+           "core.device_tiny", "core.export", "core.example", "core.bench_pair", "core.context_bench", "core.chunks"}
 
 
 def test_core_has_no_import_cycle():

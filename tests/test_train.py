@@ -1,0 +1,235 @@
+"""Training (train-eagle, train-slim and their shared skeleton core/train_loop.py) on tiny random models:
+the losses fall, the schedule, the CLI from the config dataclasses, resumed runs equal uninterrupted ones,
+and the training card's tau is the engine's."""
+import random
+
+import pytest
+import torch
+
+from core import train_eagle as te
+from core.eagle import EagleConfig, EagleHead, init_from_target
+from core.errors import SpecError
+from core.tiny import tiny_model, tiny_tokenizer
+from core.train_loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
+from core.train_slim import SlimConfig, train_factors
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
+
+TEMPLATE = "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s>{% endif %}"
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    model = tiny_model(seed)
+    head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
+    return model, head
+
+
+def target_features(model, ids):
+    grab = []
+    h = model.model.norm.register_forward_pre_hook(lambda m, a: grab.append(a[0]))
+    with torch.no_grad():
+        model.model(input_ids=ids)
+    h.remove()
+    return grab[0]
+
+
+# ---------------------------------------------------------------- the skeleton
+
+def test_lr_warms_up_linearly_then_falls_by_cosine_to_a_tenth():
+    assert lr_at(0, 100, 1.0, 10) == 0.1 and lr_at(9, 100, 1.0, 10) == 1.0
+    assert lr_at(55, 100, 1.0, 10) == pytest.approx(0.55)  # half way down the cosine: (0.1 + 1) / 2
+    assert abs(lr_at(100, 100, 1.0, 10) - 0.1) < 1e-9
+    assert all(lr_at(s, 100, 1.0, 10) >= lr_at(s + 1, 100, 1.0, 10) for s in range(10, 100))
+
+
+def test_lr_follows_the_time_budget_when_it_runs_ahead_of_the_steps():
+    assert lr_at(20, 100, 1.0, 10, frac=0.5) == pytest.approx(0.55)
+    assert lr_at(20, 100, 1.0, 10, frac=1.0) == pytest.approx(0.1)
+    assert lr_at(90, 100, 1.0, 10, frac=0.5) == lr_at(90, 100, 1.0, 10)  # the steps lead: they set it
+
+
+def test_train_eagle_warmup_is_a_tenth_of_the_steps_up_to_50():
+    assert te.warmup_steps(te.TrainConfig(steps=100)) == 11 and te.warmup_steps(te.TrainConfig(steps=2000)) == 50
+
+
+def test_periodic_actions_run_every_n_steps_and_at_the_last():
+    assert [s for s in range(1, 8) if due(s, 3, 7)] == [3, 6, 7]
+    assert [s for s in range(1, 8) if due(s, 0, 7)] == [7]
+
+
+def test_the_cli_is_the_config_dataclass():
+    cfg = parse_config(te.TrainConfig, ["--steps", "5", "--amp", "false", "--cache-only", "--vocab-subset", "0"], "t")
+    assert (cfg.steps, cfg.amp, cfg.cache_only, cfg.vocab_subset, cfg.final_norm) == (5, False, True, 0, True)
+    slim = parse_config(SlimConfig, ["--head", "H", "--warmup", "7", "--ce-w", "0.5"], "s")
+    assert (slim.head, slim.warmup, slim.ce_w, slim.out, slim.steps) == ("H", 7, 0.5, None, 400)
+
+
+@pytest.mark.parametrize("argv", [[], ["--head", "H", "--steps", "x"]])
+def test_the_cli_rejects_a_missing_required_flag_or_a_bad_value(argv):
+    with pytest.raises(SystemExit):
+        parse_config(SlimConfig, argv, "s")
+
+
+def test_a_bool_flag_rejects_a_misspelt_value():
+    with pytest.raises(SystemExit):
+        parse_config(te.TrainConfig, ["--amp", "flase"], "t")
+
+
+def test_a_checkpoint_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, {"step": 3, "settings": {"rank": 4}})
+    assert load_checkpoint(path, {"rank": 4})["step"] == 3 and load_checkpoint(tmp_path / "none.pt") is None
+    with pytest.raises(SpecError):
+        load_checkpoint(path, {"rank": 5})
+
+
+# ---------------------------------------------------------------- train-eagle
+
+def test_trainer_loss_falls():
+    model, head = tiny()
+    g = torch.Generator().manual_seed(0)
+    X = torch.randint(3, 512, (4, 32), generator=g)
+    Fe = target_features(model, X)
+    valid = torch.ones_like(X, dtype=torch.bool)
+    W = model.lm_head.weight.detach()
+    sub = te.token_subset([X.view(-1)], W.shape[0], 0)
+    cfg = te.TrainConfig(depth=2)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    losses, first = [], None
+    for _ in range(30):
+        loss, st = te.draft_losses(head, W[sub], X, Fe, valid, float(Fe.pow(2).mean().sqrt()), cfg)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        first = first or st
+    assert set(st) == {"f1", "t1", "a1", "f2", "t2", "a2"}
+    # the token CE has a floor (the entropy of a random target, ~log V): check the total and the feature loss
+    assert losses[-1] < losses[0] - 0.3
+    assert st["f1"] < 0.7 * first["f1"] and st["a1"] >= first["a1"]
+
+
+def test_prompt_targets_weighted_by_response_start():
+    marker = [1, 2, 3]
+    x = torch.tensor([5, 1, 2, 3, 9, 1, 2, 3, 7, 8])
+    assert te.response_start(x, marker) == 8 and te.response_start(x[:3], marker) == 0  # the last marker; none -> 0
+    # f_t predicts x_{t+1}: targets t >= start - 1 predict response tokens
+    assert te.target_weights(10, 8, 0.5).tolist() == [0.5] * 7 + [1.0] * 3
+    cfg = te.TrainConfig(batch=3, seq_len=16, prompt_w=0.0)
+    _, _, w = te.sample_batch([x], [torch.zeros(10, 4)], cfg, random.Random(0), [8])
+    assert w.tolist() == [[0.0] * 7 + [1.0] * 3] * 3
+
+
+def words(rng, n):
+    return " ".join(f"w{rng.randrange(3, 512)}" for _ in range(n))
+
+
+def eagle_run(out, **kw):
+    """A train-eagle config for the tiny model with a teacher-forced feature cache in `out`."""
+    model, tok = tiny_model(0), tiny_tokenizer(chat_template=TEMPLATE)
+    cfg = te.TrainConfig(target="tiny", out=str(out), steps=6, batch=2, seq_len=16, depth=2, vocab_subset=0,
+                         negatives=0, amp=False, eval_prompts=0, ckpt_min=1e9, ckpt_every=2, log_every=1,
+                         max_prompt=24, max_new=24, shard_size=4, gen_batch=4, **kw)
+    rng = random.Random(0)
+    torch.manual_seed(cfg.seed)  # as main does: the head's fc init draws from it
+    te.build_cache(model, tok, cfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
+    return model, tok, cfg
+
+
+def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
+    model, tok, cfg = eagle_run(tmp_path / "a")
+    te.train(model, tok, cfg)
+    whole = load_checkpoint(tmp_path / "a" / "ckpt.pt")
+
+    model, tok, cfg = eagle_run(tmp_path / "b")
+    real = te.logger
+
+    def crash_at_5(cfg):
+        log = real(cfg)
+
+        def crash(msg):
+            if msg.startswith("step 5/"):
+                raise KeyboardInterrupt  # killed between checkpoints: the rerun redoes step 5
+            log(msg)
+        return crash
+    monkeypatch.setattr(te, "logger", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        te.train(model, tok, cfg)
+    monkeypatch.setattr(te, "logger", real)
+    assert load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 4
+    te.train(model, tok, cfg)
+    resumed = load_checkpoint(tmp_path / "b" / "ckpt.pt")
+    assert "resumed at step 4" in (tmp_path / "b" / "progress.log").read_text()
+    assert resumed["step"] == whole["step"] == 6
+    assert all(torch.equal(whole["head"][k], resumed["head"][k]) for k in whole["head"])
+    assert resumed["run"] == whole["run"] and resumed["hist"] == whole["hist"]
+    assert all(torch.equal(a, b) for a, b in zip(whole["opt"]["state"][0].values(), resumed["opt"]["state"][0].values()))
+
+
+def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
+    from core.config import SpecConfig
+    from core.trace import summarize
+    model, head = tiny(2)
+    tok = tiny_tokenizer(chat_template=TEMPLATE)
+    pipe = te.card_pipeline(model, tok, head, "tiny")
+    rng = random.Random(1)
+    prompts = [words(rng, 5), words(rng, 7)]
+    shapes = {"tree": {"shape": "tree", "depth": 3, "top_k": 2, "tree_size": 6}, "chain": {"shape": "chain", "gamma": 3}}
+    acc = te.engine_tau(pipe, prompts, shapes, max_new=12)
+    for name, shape in shapes.items():
+        cfg = SpecConfig(method="full", max_new_tokens=12, context="off", **shape)
+        runs = [summarize(list(pipe.run(p, cfg))) for p in prompts]
+        assert acc[name]["steps"] == sum(r["steps"] for r in runs)
+        pooled = sum(r["mean_accept_len"] * r["steps"] for r in runs) / acc[name]["steps"]
+        assert acc[name]["tau"] == pytest.approx(pooled, abs=1e-12)
+    card = tmp_path / "card.md"
+    te.write_card(te.TrainConfig(eval_prompts=2), {"tokens": 1, "seqs": 1, "subset": 1, "sigma": 1.0, "final": {},
+                                                    "steps": 0}, acc, card)
+    assert f"| tree 3/2/6 | {acc['tree']['steps']} | {acc['tree']['tau']:.3f} |" in card.read_text()
+
+
+# ---------------------------------------------------------------- train-slim
+
+def slim_setting():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(256, 32, generator=g), torch.randn(1200, 32, generator=g)
+
+
+def test_slim_factors_kl_falls():
+    W, h = slim_setting()
+    up, down, before, after = train_factors(W, h, 4, steps=60, batch=128, lr=1e-2, seed=0, log=lambda s: None)
+    assert up.shape == (256, 4) and down.shape == (4, 32)
+    assert after[0] < 0.9 * before[0]
+
+
+def test_slim_top1_term_runs_and_kl_falls():
+    W, h = slim_setting()
+    _, _, before, after = train_factors(W, h, 4, steps=40, batch=128, lr=1e-2, seed=0, log=lambda s: None, ce_w=0.5)
+    assert after[0] < before[0] and after[1] >= before[1]
+
+
+def test_slim_resume_equals_uninterrupted(tmp_path):
+    W, h = slim_setting()
+    kw = dict(steps=30, batch=64, lr=1e-2, seed=0, ckpt_every=10, log_every=5, eval_every=10)
+    up, down, _, after = train_factors(W, h, 4, log=lambda s: None, ckpt=str(tmp_path / "a.pt"), **kw)
+
+    def crash_at_25(msg):
+        if msg.startswith("slim step 25/"):
+            raise KeyboardInterrupt  # killed between checkpoints: the rerun redoes steps 21-25
+    ckpt = str(tmp_path / "b.pt")
+    with pytest.raises(KeyboardInterrupt):
+        train_factors(W, h, 4, log=crash_at_25, ckpt=ckpt, **kw)
+    assert torch.load(ckpt, weights_only=False)["state"]["step"] == 20
+    logs = []
+    up2, down2, _, after2 = train_factors(W, h, 4, log=logs.append, ckpt=ckpt, **kw)
+    assert logs[0].startswith("slim resumed at step 20/30")
+    assert torch.equal(up, up2) and torch.equal(down, down2) and after == after2
+
+
+def test_slim_resume_refuses_other_settings(tmp_path):
+    W, h = slim_setting()
+    ckpt = str(tmp_path / "c.pt")
+    train_factors(W, h, 4, 5, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 4})
+    with pytest.raises(SpecError):
+        train_factors(W, h, 4, 10, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 5})
