@@ -64,6 +64,7 @@ class TrainConfig:
     ckpt_every: int = 0           # also checkpoint every N steps (0 = by --ckpt-min only)
     log_every: int = 25           # steps between progress lines
     cache_only: bool = False      # build the feature cache (and held-out set), then stop
+    tau_only: bool = False        # only measure the card's tau of the head in --init (a dir) with the engine
 
 
 def logger(cfg):
@@ -534,8 +535,10 @@ def engine_tau(pipe, prompts, shapes=None, max_new=CARD_MAX_NEW) -> dict:
     return res
 
 
-def shape_text(r) -> str:
-    return f"chain gamma = {r['gamma']}" if r["shape"] == "chain" else f"tree {r['depth']}/{r['top_k']}/{r['tree_size']}"
+def tau_row(r) -> str:
+    """One row of the card's acceptance table: | shape | verify steps | tau |."""
+    shape = f"chain gamma = {r['gamma']}" if r["shape"] == "chain" else f"tree {r['depth']}/{r['top_k']}/{r['tree_size']}"
+    return f"| {shape} | {r['steps']} | {r['tau']:.3f} |"
 
 
 def write_card(cfg, card, acc, path=None):
@@ -567,16 +570,33 @@ def write_card(cfg, card, acc, path=None):
              "tau = the engine's mean accepted length (core.trace.summarize: tokens per verify step, bonus included).", "",
              "| shape | verify steps | tau |", "|---|---|---|"]
     for r in acc.values():
-        lines.append(f"| {shape_text(r)} | {r['steps']} | {r['tau']:.3f} |")
+        lines.append(tau_row(r))
     write_atomic(path, "\n".join(lines) + "\n")
 
 
 # ---------------------------------------------------------------- CLI
 
+def tau_only(cfg) -> int:
+    """Print the card's acceptance table (engine_tau) of the saved head in cfg.init."""
+    from core.eagle import load_head
+    from core.errors import SpecError
+    if not os.path.isfile(os.path.join(cfg.init, "eagle.safetensors")):
+        raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {cfg.init!r}")
+    model, tok = load_target(cfg.target, cfg.device)
+    prompts, src = eval_prompts(cfg)
+    acc = engine_tau(card_pipeline(model, tok, load_head(cfg.init, model).to(model.device), cfg.target), prompts)
+    print(f"{len(prompts)} prompts of {src} x {CARD_MAX_NEW} new tokens")
+    for r in acc.values():
+        print(tau_row(r))
+    return 0
+
+
 def main(argv=None):
     cfg = parse_config(TrainConfig, sys.argv[1:] if argv is None else argv, "python -m core train-eagle")
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
+    if cfg.tau_only:
+        return tau_only(cfg)
     os.makedirs(cfg.out, exist_ok=True)
     model, tok = load_target(cfg.target, cfg.device)
     for p in model.parameters():

@@ -233,3 +233,9 @@ def test_slim_resume_refuses_other_settings(tmp_path):
     train_factors(W, h, 4, 5, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 4})
     with pytest.raises(SpecError):
         train_factors(W, h, 4, 10, 64, 1e-2, 0, log=lambda s: None, ckpt=ckpt, settings={"rank": 5})
+
+
+def test_tau_only_without_a_saved_head_is_a_one_line_error(tmp_path, capsys):
+    from core.cli import dispatch
+    assert dispatch(["train-eagle", "--tau-only", "--init", str(tmp_path)]) == 2
+    assert "--tau-only needs --init DIR holding eagle.safetensors" in capsys.readouterr().err
