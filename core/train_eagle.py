@@ -425,6 +425,18 @@ def train_step(head, opt, W_S, batch, sigma, cfg):
     return loss, st
 
 
+def finish(model, tok, cfg, head, card) -> dict:
+    """After training: the engine's tau with the new head, then DIR/training_card.md; returns the tau table."""
+    if card["held"]:
+        logger(cfg)(f"held-out response agreement at the end: {agreement_text(card['held'])}")
+    prompts, card["eval_src"] = eval_prompts(cfg)
+    card["eval_n"] = len(prompts)
+    acc = engine_tau(card_pipeline(model, tok, head, cfg.target), prompts) if prompts else {}
+    write_card(cfg, card, acc)
+    logger(cfg)(f"done: {json.dumps(acc)}")
+    return acc
+
+
 def train(model, tok, cfg):
     log = logger(cfg)
     ids, feats = load_cache(cfg.out)
@@ -486,13 +498,7 @@ def train(model, tok, cfg):
     save_head(head, cfg.out)
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
             "minutes": clock.seconds() / 60, "response": resp, "held0": held_first, "held": check()}
-    if card["held"]:
-        log(f"held-out response agreement at the end: {agreement_text(card['held'])}")
-    prompts, card["eval_src"] = eval_prompts(cfg)
-    card["eval_n"] = len(prompts)
-    acc = engine_tau(card_pipeline(model, tok, head, cfg.target), prompts) if prompts else {}
-    write_card(cfg, card, acc)
-    log(f"done: {json.dumps(acc)}")
+    finish(model, tok, cfg, head, card)
     return 0
 
 

@@ -128,9 +128,10 @@ def words(rng, n):
 def eagle_run(out, **kw):
     """A train-eagle config for the tiny model with a teacher-forced feature cache in `out`."""
     model, tok = tiny_model(0), tiny_tokenizer(chat_template=TEMPLATE)
-    cfg = te.TrainConfig(target="tiny", out=str(out), steps=6, batch=2, seq_len=16, depth=2, vocab_subset=0,
-                         negatives=0, amp=False, eval_prompts=0, ckpt_min=1e9, ckpt_every=2, log_every=1,
-                         max_prompt=24, max_new=24, shard_size=4, gen_batch=4, **kw)
+    opts = dict(target="tiny", out=str(out), steps=6, batch=2, seq_len=16, depth=2, vocab_subset=0, negatives=0,
+                amp=False, eval_prompts=0, ckpt_min=1e9, ckpt_every=2, log_every=1, max_prompt=24, max_new=24,
+                shard_size=4, gen_batch=4)
+    cfg = te.TrainConfig(**opts | kw)
     rng = random.Random(0)
     torch.manual_seed(cfg.seed)  # as main does: the head's fc init draws from it
     te.build_cache(model, tok, cfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
@@ -239,3 +240,13 @@ def test_tau_only_without_a_saved_head_is_a_one_line_error(tmp_path, capsys):
     from core.cli import dispatch
     assert dispatch(["train-eagle", "--tau-only", "--init", str(tmp_path)]) == 2
     assert "--tau-only needs --init DIR holding eagle.safetensors" in capsys.readouterr().err
+
+
+def test_the_trained_heads_card_reports_the_engines_tau(tmp_path):
+    model, tok, cfg = eagle_run(tmp_path, eval_prompts=1)
+    te.train(model, tok, cfg)
+    head = te.new_head(model, cfg)
+    head.load_state_dict(load_checkpoint(tmp_path / "ckpt.pt")["head"])
+    acc = te.engine_tau(te.card_pipeline(model, tok, head, cfg.target), te.eval_prompts(cfg)[0])
+    card = (tmp_path / "training_card.md").read_text()
+    assert all(te.tau_row(r) in card for r in acc.values()) and len(acc) == 2
