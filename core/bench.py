@@ -131,7 +131,7 @@ def summarize_rows(rows: list) -> list:
 def summary_row(cat, method, a, ar) -> dict:
     spec = method != "ar"
     return {"category": cat, "method": method, "n_prompts": a["runs"], "new_tokens": a["new_tokens"],
-            "tokens_per_s": round(a["tokens_per_s"], 3), "speedup_vs_ar": stats.speedup(a, ar),
+            "tokens_per_s": round(a["tokens_per_s"], 3), "speedup_vs_ar": stats.tps_ratio(a, ar),
             "mean_accept_len": round(a["mean_accept_len"], 3),
             "mean_active_vocab": round(a["mean_active_vocab"], 1) if spec else "",
             "coverage": round(a["coverage"], 4) if spec else "",

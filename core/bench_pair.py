@@ -13,7 +13,7 @@ import torch
 
 from core.bench import run_row
 from core.config import SpecConfig
-from core.stats import aggregate, speedup, tokens_of
+from core.stats import aggregate, tokens_of, tps_ratio
 
 # name -> (method, shape options); "hf" / "hf-assisted" run transformers
 VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {}),
@@ -67,7 +67,7 @@ def table(rows: list, names: list) -> list:
     for v in names:
         g = [r for r in rows if r["variant"] == v]
         a, traced = aggregate(g), v != "ar" and any(r.get("steps") for r in g)
-        out.append({"variant": v, "prompts": len(g), "tokens": a["new_tokens"], "x_ar": speedup(a, ar),
+        out.append({"variant": v, "prompts": len(g), "tokens": a["new_tokens"], "x_ar": tps_ratio(a, ar),
                     "tau": round(a["mean_accept_len"], 2) if traced else "",
                     "coverage": round(a["coverage"], 3) if traced else "",
                     "mean_active": round(a["mean_active_vocab"]) if traced else "",

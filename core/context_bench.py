@@ -121,8 +121,8 @@ def summarize_rows(rows) -> list:
     for (cat, v), g in groups:
         a, traced = aggs[(cat, v)], any(r.get("steps") for r in g)
         out.append({"category": cat, "variant": v, "n_prompts": a["runs"], "new_tokens": a["new_tokens"],
-                    "tokens_per_s": round(a["tokens_per_s"], 2), "speedup_vs_ar": stats.speedup(a, aggs.get((cat, "ar"))),
-                    "vs_nanospec": stats.speedup(a, aggs.get((cat, "nanospec"))),
+                    "tokens_per_s": round(a["tokens_per_s"], 2), "speedup_vs_ar": stats.tps_ratio(a, aggs.get((cat, "ar"))),
+                    "vs_nanospec": stats.tps_ratio(a, aggs.get((cat, "nanospec"))),
                     **{k: round(a[k], 3) if traced else "" for k in ("mean_accept_len", "accept_model", "accept_context")},
                     "identical_to_ar": f"{a['identical']}/{a['compared']}" if a["compared"] else ""})
     return out

@@ -125,7 +125,7 @@ def by_category(rows) -> dict:
     return out
 
 
-def speedup(a: dict, base: dict | None):
+def tps_ratio(a: dict, base: dict | None):
     """tokens/s of aggregate `a` over that of `base`, to 3 decimals; "" without a baseline (None or 0 tokens/s)."""
     return round(a["tokens_per_s"] / base["tokens_per_s"], 3) if base and base["tokens_per_s"] else ""
 

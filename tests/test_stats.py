@@ -68,9 +68,9 @@ def test_rows_without_a_trace_count_as_zero_steps():
     assert (a["tokens_per_s"], a["mean_accept_len"], a["coverage"]) == (3.0, 0.0, 0.0)
 
 
-def test_a_speedup_needs_a_baseline():
-    assert stats.speedup({"tokens_per_s": 3.0}, {"tokens_per_s": 2.0}) == 1.5
-    assert stats.speedup({"tokens_per_s": 3.0}, None) == ""
+def test_a_tokens_per_second_ratio_needs_a_baseline():
+    assert stats.tps_ratio({"tokens_per_s": 3.0}, {"tokens_per_s": 2.0}) == 1.5
+    assert stats.tps_ratio({"tokens_per_s": 3.0}, None) == ""
 
 
 def test_groups_are_per_category_then_all_with_methods_in_their_order():
