@@ -205,7 +205,7 @@ def coverage_table(rows, vocab_size) -> list:
                         "coverage": round(sum(x < k for x in ranks) / len(ranks), 4), "n_tokens": len(ranks)})
         a = aggregate(g)
         out.append({"category": cat, "kind": "nanospec", "vocab_size": round(a["mean_active_vocab"], 1),
-                    "coverage": round(a["coverage"], 4), "n_tokens": sum(r["coverable"] for r in g)})
+                    "coverage": round(a["coverage"], 4), "n_tokens": a["coverable"]})
     return out
 
 
@@ -279,7 +279,7 @@ def sources_table(rows) -> list:
     for cat, g in (list(by_category(nano).items()) + [("all", nano)]) if nano else []:
         counts = {s: sum(r["trace"]["sources"].get(s, 0) for r in g) for s in SOURCES}
         total = max(sum(counts.values()), 1)
-        steps = max(sum(r["steps"] for r in g), 1)
+        steps = aggregate(g)["steps"]
         out.append({"category": cat, **{s: round(n / total, 4) for s, n in counts.items()},
                     "entries_per_step": round((counts["draft"] + counts["verify"]) / steps, 2)})
     return out
