@@ -12,7 +12,7 @@ from core.draft import ModelDrafter
 from core.engine import generate
 from core.heads import build_head
 from core.runner import EagerRunner
-from core.trace import compare_to_ar, summarize
+from core.stats import compare_to_ar, summarize
 from core.tree import Tree, merge_context, verify_inputs
 from test_sampling import DRAFT, TARGET, BigramRunner, chi2_pvalue, exact_joint
 
