@@ -15,7 +15,8 @@ from core.config import METHODS, SpecConfig
 from core.paper import run_paper
 from core.prompts import CATEGORIES
 from core.errors import SpecError
-from core.trace import StepRecord, summarize
+from core.stats import summarize
+from core.trace import StepRecord
 from viz import plots
 from viz.learn import learn_figure, learn_markdown
 from viz.panels import PANELS, all_figures, render_panels

@@ -17,7 +17,8 @@ from core.cli import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
 from core.atomic import write_atomic
 from core.errors import SpecError
-from core.trace import TIMERS, accepted_by_origin, compare_to_ar, new_tokens_after_prefill
+from core import stats
+from core.stats import TIMERS
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
@@ -106,75 +107,38 @@ def _with_defaults(settings):
 
 
 def run_row(pipe, prompt, cfg, ar_records=None, variant=None) -> tuple:
+    """(bench row: run_totals + verdict + per-step trace, steps.csv rows, records) of one generation."""
     t0 = time.perf_counter()
     records = list(pipe.run(prompt.text, cfg))
     wall = time.perf_counter() - t0
-    steps = [r for r in records if r.kind != "prefill"]
-    tim = {k: sum(r.timing_ms[k] for r in records) for k in TIMERS}
-    in_vocab = [v for r in steps if r.kind == "step" for v in r.emitted_in_vocab]
-    row = {"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method,
-           "new_tokens": sum(len(r.emitted) for r in records), "wall_s": wall, "steps": len(steps),
-           "step_tokens": new_tokens_after_prefill(records),
-           "draft_calls": sum(r.tree.get("head_calls", 0) for r in steps),
-           "active_sum": sum(r.stream["active"] for r in steps if r.kind == "step"),
-           "covered": sum(in_vocab), "coverable": len(in_vocab), "timing_ms": tim,
-           **verdict_fields(records, ar_records),
-           "variant": variant or cfg.method, "trace": step_trace(records),
-           **{f"accept_{o}_sum": n for o, n in accepted_by_origin(steps).items()}}
+    row = {"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "wall_s": wall,
+           **stats.run_totals(records), **stats.verdict_fields(records, ar_records),
+           "variant": variant or cfg.method, "trace": stats.step_trace(records)}
     step_rows = [{"prompt_id": prompt.id, "category": prompt.category, "method": cfg.method, "step": r.step,
                   "accept_len": len(r.emitted), "active": r.stream["active"], "covered": sum(r.emitted_in_vocab),
-                  "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}} for r in steps]
+                  "emitted": len(r.emitted), **{k: round(v, 3) for k, v in r.timing_ms.items()}}
+                 for r in records if r.kind != "prefill"]
     return row, step_rows, records
 
 
-def verdict_fields(records, ar_records) -> dict:
-    """identical / tie of one run against plain decoding (None without it), from trace.compare_to_ar."""
-    if ar_records is None:
-        return {"identical": None, "tie": None}
-    cmp = compare_to_ar(records, ar_records)
-    return {"identical": cmp["identical"], "tie": cmp["tie"]}
-
-
-def step_trace(records) -> dict:
-    """What the paper figures need per run: per decode step |I_t|, emitted and covered counts,
-    the FR-Spec rank of every emitted token, and stream entries by source."""
-    steps = [r for r in records if r.kind != "prefill"]
-    sources = {}
-    for r in records:
-        for _, src in r.stream.get("entered", []):
-            sources[src] = sources.get(src, 0) + 1
-    return {"active": [r.stream["active"] for r in steps], "emitted": [len(r.emitted) for r in steps],
-            "covered": [sum(r.emitted_in_vocab) for r in steps],
-            "fr_rank": [k for r in steps for k in r.emitted_fr_rank], "sources": sources}
-
-
 def summarize_rows(rows: list) -> list:
-    groups = {}
-    for r in rows:
-        for cat in (r["category"], "all"):
-            groups.setdefault((cat, r["method"]), []).append(r)
-    tps = {k: sum(r["new_tokens"] for r in g) / max(sum(r["wall_s"] for r in g), 1e-9) for k, g in groups.items()}
-    out = []
-    for (cat, method), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0][0], METHODS.index(kv[0][1]))):
-        steps = max(sum(r["steps"] for r in g), 1)
-        t = {k: sum(r["timing_ms"][k] for r in g) for k in TIMERS}
-        ident = [r["identical"] for r in g if r["identical"] is not None]
-        ar = tps.get((cat, "ar"))
-        out.append({"category": cat, "method": method, "n_prompts": len(g),
-                    "new_tokens": sum(r["new_tokens"] for r in g), "tokens_per_s": round(tps[(cat, method)], 3),
-                    "speedup_vs_ar": round(tps[(cat, method)] / ar, 3) if ar else "",
-                    "mean_accept_len": round(sum(r["step_tokens"] for r in g) / steps, 3),
-                    "mean_active_vocab": round(sum(r["active_sum"] for r in g) / steps, 1) if method != "ar" else "",
-                    "coverage": round(sum(r["covered"] for r in g) / max(sum(r["coverable"] for r in g), 1), 4)
-                    if method != "ar" else "",
-                    "lm_head_ms_per_call": round(t["lm_head"] / max(sum(r["draft_calls"] for r in g), 1), 3),
-                    "draft_ms_per_step": round((t["draft_backbone"] + t["lm_head"] + t["gather"]) / steps, 3),
-                    "verify_ms_per_step": round(t["verify"] / steps, 3),
-                    "identical_to_ar_frac": round(sum(ident) / len(ident), 4) if ident else "",
-                    "ties": sum(bool(r.get("tie")) for r in g) if ident else "",
-                    **{f"accept_{o}": round(sum(r.get(f"accept_{o}_sum", 0) for r in g) / steps, 3)
-                       for o in ("model", "context")}})
-    return out
+    """summary.csv: per category (and `all`) x method, speedups against AR of the same prompts."""
+    groups = stats.groups(rows, "method", METHODS)
+    aggs = {k: stats.aggregate(g) for k, g in groups}
+    return [summary_row(cat, m, aggs[(cat, m)], aggs.get((cat, "ar"))) for (cat, m), _ in groups]
+
+
+def summary_row(cat, method, a, ar) -> dict:
+    spec = method != "ar"
+    return {"category": cat, "method": method, "n_prompts": a["runs"], "new_tokens": a["new_tokens"],
+            "tokens_per_s": round(a["tokens_per_s"], 3), "speedup_vs_ar": stats.tps_ratio(a, ar),
+            "mean_accept_len": round(a["mean_accept_len"], 3),
+            "mean_active_vocab": round(a["mean_active_vocab"], 1) if spec else "",
+            "coverage": round(a["coverage"], 4) if spec else "",
+            **{k: round(a[k], 3) for k in ("lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step")},
+            "identical_to_ar_frac": round(a["identical"] / a["compared"], 4) if a["compared"] else "",
+            "ties": a["ties"] if a["compared"] else "",
+            **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in stats.ORIGINS}}
 
 
 def _read_json(path: Path):
@@ -253,8 +217,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_table(rows) -> None:
-    cols = SUMMARY_COLS
+def print_table(rows, cols=SUMMARY_COLS) -> None:
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for r in rows:

@@ -13,7 +13,7 @@ import torch
 
 from core.bench import run_row
 from core.config import SpecConfig
-from core.trace import compare_to_ar
+from core.stats import aggregate, tokens_of, tps_ratio
 
 # name -> (method, shape options); "hf" / "hf-assisted" run transformers
 VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {}),
@@ -53,7 +53,7 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
         ids = pipe.prompt_ids(prompt.text)
         assistant = pipe.drafter.runner.model if method == "hf-assisted" else None
         toks, wall = hf_run(pipe, ids, n, assistant)
-        same = ar is not None and toks == [t for r in ar for t in r.emitted]
+        same = ar is not None and toks == tokens_of(ar)
         return {"variant": name, "new_tokens": len(toks), "wall_s": wall, "identical": same}, None
     cfg = SpecConfig(method=method, max_new_tokens=n, **opts).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
@@ -61,19 +61,17 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
 
 
 def table(rows: list, names: list) -> list:
+    """One row per variant: tokens/s over our AR's, τ, coverage, mean |I_t|, runs identical to our AR."""
+    ar = aggregate([r for r in rows if r["variant"] == "ar"])
     out = []
-    ar_tps = sum(r["new_tokens"] for r in rows if r["variant"] == "ar") / sum(r["wall_s"] for r in rows if r["variant"] == "ar")
     for v in names:
         g = [r for r in rows if r["variant"] == v]
-        tps = sum(r["new_tokens"] for r in g) / sum(r["wall_s"] for r in g)
-        steps = sum(r.get("steps", 0) for r in g)
-        out.append({"variant": v, "prompts": len(g), "tokens": sum(r["new_tokens"] for r in g),
-                    "x_ar": round(tps / ar_tps, 3),
-                    "tau": round(sum(r["step_tokens"] for r in g) / steps, 2) if steps and v != "ar" else "",
-                    "coverage": round(sum(r["covered"] for r in g) / max(sum(r["coverable"] for r in g), 1), 3)
-                    if steps and v != "ar" else "",
-                    "mean_active": round(sum(r["active_sum"] for r in g) / steps) if steps and v != "ar" else "",
-                    "identical": f"{sum(bool(r['identical']) for r in g)}/{len(g)}" if v != "ar" else ""})
+        a, traced = aggregate(g), v != "ar" and any(r.get("steps") for r in g)
+        out.append({"variant": v, "prompts": len(g), "tokens": a["new_tokens"], "x_ar": tps_ratio(a, ar),
+                    "tau": round(a["mean_accept_len"], 2) if traced else "",
+                    "coverage": round(a["coverage"], 3) if traced else "",
+                    "mean_active": round(a["mean_active_vocab"]) if traced else "",
+                    "identical": f"{a['identical']}/{len(g)}" if v != "ar" else ""})
     return out
 
 

@@ -86,7 +86,7 @@ def run_once(pipe, prompt, cfg, chat=True) -> tuple:
 
 
 def main(argv=None) -> int:
-    from core.trace import compare_to_ar, summarize
+    from core.stats import compare_to_ar, summarize
     p = argparse.ArgumentParser(prog="python -m core generate", description="one speculative generation")
     p.add_argument("--prompt", required=True)
     p.add_argument("--method", default="nanospec", choices=METHODS)

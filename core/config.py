@@ -2,13 +2,13 @@
 from dataclasses import dataclass, asdict, fields
 
 from core.errors import SpecError
+from core.stats import SOURCES
 
 METHODS = ("ar", "full", "frspec", "nanospec", "slimspec", "nanoslim")
 SHAPES = ("tree", "chain")
 WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
-SOURCES = ("prompt", "prefill", "draft", "verify")
 SLIM_INITS = ("trained", "svd")
 CONTEXTS = ("off", "on")
 
@@ -31,7 +31,7 @@ class SpecConfig:
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
-    depth: int = 3       # CPU defaults: the fastest shapes of a sweep with the v2 EAGLE head (docs/results.md, "Draft shape")
+    depth: int = 3  # draft shape; a model with a measured shape gets its own (core.models.Alias.draft_shape)
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2

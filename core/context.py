@@ -101,9 +101,10 @@ class ModelSwitch:
     without it (T_c), both verify rows and bookkeeping included:
         (1 + E_ctx + a_m (1 − α_1)) / T_m  >  (1 + E_ctx) / T_c
     E_ctx: expected accepted tokens of the best context branch; α_1: its first token's probability; a_m: model
-    tokens accepted per model-drafted step. The first WARM steps of each kind measure; every EXPLORE-th step
-    takes the other choice so the estimates follow the run."""
-    WARM, EXPLORE = 3, 8
+    tokens accepted per model-drafted step. The first WARM steps of each kind measure; afterwards the other
+    choice is explored every EXPLORE-th step while the two sides are within CLOSE of each other, and every
+    EXPLORE * FAR-th step when one side clearly wins, so a model that never pays costs little."""
+    WARM, EXPLORE, FAR, CLOSE = 3, 8, 4, 1.25
 
     def __init__(self):
         self.steps, self.n, self.ms, self.model_tokens = 0, [0, 0], [0.0, 0.0], 0
@@ -116,8 +117,9 @@ class ModelSwitch:
         e_ctx, alpha1 = ctx.expected(b), math.exp(b.logp[0]) if b else 0.0
         gain = self.model_tokens / self.n[1] * (1 - alpha1)
         t_m, t_c = self.ms[1] / self.n[1], self.ms[0] / self.n[0]
-        choice = (1 + e_ctx + gain) * t_c > (1 + e_ctx) * t_m
-        return choice != (self.steps % self.EXPLORE == 0)
+        ratio = (1 + e_ctx + gain) * t_c / ((1 + e_ctx) * t_m)  # tokens per ms with the model / without it
+        period = self.EXPLORE if 1 / self.CLOSE < ratio < self.CLOSE else self.EXPLORE * self.FAR
+        return (ratio > 1) != (self.steps % period == 0)
 
     def observe(self, drafted: bool, step_ms: float, model_tokens: int) -> None:
         self.n[drafted] += 1

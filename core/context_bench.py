@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from core.bench import select_prompts, set_threads, write_csv
+from core.bench import print_table, select_prompts, set_threads, write_csv
 from core.cli import add_engine_args, config_from, torch_dtype
-from core.trace import compare_to_ar, summarize
+from core import stats
 
 VARIANTS = ("ar", "nanospec", "nanospec+context", "context", "hf", "hf+lookup")
 COLS = ["category", "variant", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "vs_nanospec",
@@ -95,9 +95,7 @@ def run(args) -> list:
                 row = {"prompt_id": p.id, "category": p.category, "variant": name, "new_tokens": len(toks),
                        "wall_s": wall, "identical": _identical(recs, toks, ar)}
                 if recs is not None:
-                    s = summarize(recs, wall)
-                    row.update(steps=s["steps"], mean_accept_len=s["mean_accept_len"],
-                               accept_model=s["accept_model"], accept_context=s["accept_context"])
+                    row.update(stats.run_totals(recs))
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
                 f.flush()
@@ -111,37 +109,27 @@ def _identical(recs, toks, ar):
     if ar is None:
         return None
     if recs is not None and ar[0] is not None:
-        return compare_to_ar(recs, ar[0])["identical"]
+        return stats.compare_to_ar(recs, ar[0])["identical"]
     return toks == ar[1]
 
 
 def summarize_rows(rows) -> list:
-    groups = {}
-    for r in rows:
-        for cat in (r["category"], "all"):
-            groups.setdefault((cat, r["variant"]), []).append(r)
-    tps = {k: sum(r["new_tokens"] for r in g) / sum(r["wall_s"] for r in g) for k, g in groups.items()}
+    """summary.csv: per category (and `all`) x variant; means over the steps of the runs with a trace."""
+    groups = stats.groups(rows, "variant", VARIANTS)
+    aggs = {k: stats.aggregate(g) for k, g in groups}
     out = []
-    for (cat, v), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0][0], VARIANTS.index(kv[0][1]))):
-        steps = sum(r.get("steps", 0) for r in g)
-        mean = (lambda k: round(sum(r[k] * r["steps"] for r in g) / steps, 3)) if steps else (lambda k: "")
-        ident = [r["identical"] for r in g if r["identical"] is not None]
-        out.append({"category": cat, "variant": v, "n_prompts": len(g), "new_tokens": sum(r["new_tokens"] for r in g),
-                    "tokens_per_s": round(tps[(cat, v)], 2),
-                    "speedup_vs_ar": round(tps[(cat, v)] / tps[(cat, "ar")], 3) if (cat, "ar") in tps else "",
-                    "vs_nanospec": round(tps[(cat, v)] / tps[(cat, "nanospec")], 3) if (cat, "nanospec") in tps else "",
-                    "mean_accept_len": mean("mean_accept_len"), "accept_model": mean("accept_model"),
-                    "accept_context": mean("accept_context"),
-                    "identical_to_ar": f"{sum(ident)}/{len(ident)}" if ident else ""})
+    for (cat, v), g in groups:
+        a, traced = aggs[(cat, v)], any(r.get("steps") for r in g)
+        out.append({"category": cat, "variant": v, "n_prompts": a["runs"], "new_tokens": a["new_tokens"],
+                    "tokens_per_s": round(a["tokens_per_s"], 2), "speedup_vs_ar": stats.tps_ratio(a, aggs.get((cat, "ar"))),
+                    "vs_nanospec": stats.tps_ratio(a, aggs.get((cat, "nanospec"))),
+                    **{k: round(a[k], 3) if traced else "" for k in ("mean_accept_len", "accept_model", "accept_context")},
+                    "identical_to_ar": f"{a['identical']}/{a['compared']}" if a["compared"] else ""})
     return out
 
 
 def main(argv=None) -> int:
-    rows = run(parse(argv))
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLS]
-    print("  ".join(c.ljust(w) for c, w in zip(COLS, widths)))
-    for r in rows:
-        print("  ".join(str(r[c]).ljust(w) for c, w in zip(COLS, widths)))
+    print_table(run(parse(argv)), COLS)
     return 0
 
 

@@ -243,7 +243,7 @@ def lossless_cfg(ck: Check, method: str, shape: str, vocab: int):
 def run_lossless(ck: Check, pipe, csv_name: str, prompts) -> dict:
     """Every method x {chain, tree} against AR greedy, prompt by prompt, until the prompts or the time run out."""
     from core.config import METHODS
-    from core.trace import compare_to_ar, summarize
+    from core.stats import compare_to_ar, summarize
     n = same = done = 0
     dtype = str(pipe.model.dtype).removeprefix("torch.")
     for p in prompts:

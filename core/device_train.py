@@ -131,7 +131,7 @@ def measure_tau(ck, heads: dict, deadline: float) -> dict:
     """tau = tokens per verify step (bonus included) per (head, method, shape), prompt by prompt until the deadline."""
     from core.config import SpecConfig
     from core.atomic import append_csv
-    from core.trace import new_tokens_after_prefill
+    from core.stats import new_tokens_after_prefill
     shapes = [("full", "tree"), ("full", "chain"), ("slimspec", "tree")]
     tot = {}
     for p in ck.prompts(4 if ck.tiny else None):

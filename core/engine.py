@@ -13,7 +13,8 @@ import torch
 
 from core.context import ContextDrafter, ModelSwitch
 from core.draft import DraftState
-from core.trace import StepRecord, TIMERS, tie_tolerance
+from core.stats import TIMERS, tie_tolerance
+from core.trace import StepRecord
 from core.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
                        verify_inputs)
 
@@ -200,7 +201,7 @@ def _fill_stream(rec, ev, head):
 
 def _margins(logits, target) -> dict:
     """margin: top-1 minus top-2 logit per row; tie_tol: the margin within which rounding in the target's
-    logits dtype may flip the greedy choice (trace.tie_tolerance)."""
+    logits dtype may flip the greedy choice (stats.tie_tolerance)."""
     top2 = logits.topk(2, dim=-1).values
     eps = torch.finfo(getattr(getattr(target, "head_weight", None), "dtype", torch.float32)).eps
     return {"margin": (top2[:, 0] - top2[:, 1]).tolist(),

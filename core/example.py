@@ -15,7 +15,8 @@ from pathlib import Path
 
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.trace import StepRecord, compare_to_ar, summarize
+from core.stats import compare_to_ar, summarize
+from core.trace import StepRecord
 from viz.tracefile import add_vocab, missing_ids, new_trace, round_floats, save_trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -131,7 +132,7 @@ class LiveRun:
 
 def baseline_of(ar_trace: dict) -> dict:
     """What a trace keeps of its plain-decoding run: summary, tokens and target margins (enough for
-    core.trace.compare_to_ar), not its records."""
+    core.stats.compare_to_ar), not its records."""
     recs = [StepRecord.from_dict(r) for r in ar_trace["records"]]
     return {"summary": ar_trace["meta"]["summary"], "tokens": [t for r in recs for t in r.emitted],
             "margin": [m for r in recs for m in r.margin]}
@@ -142,7 +143,7 @@ def baseline_records(baseline: dict) -> list:
 
 
 def lossless_verdict(trace: dict, baseline: dict) -> dict:
-    """The CLI's verdict (core.trace.compare_to_ar) on a run and its plain-decoding baseline."""
+    """The CLI's verdict (core.stats.compare_to_ar) on a run and its plain-decoding baseline."""
     return compare_to_ar([StepRecord.from_dict(r) for r in trace["records"]], baseline_records(baseline))
 
 

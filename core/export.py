@@ -35,7 +35,7 @@ from core.config import SpecConfig
 from core.errors import SpecError
 from core.prompts import DEFAULT_PROMPTS, load_prompts
 
-SOURCES = ("freq", "generations", "nanospec")
+RANKINGS = ("freq", "generations", "nanospec")  # what ranks the exported vocabulary (--source)
 CANDIDATE_SOURCES = ("prefill", "verify")  # chunks of S that are the target's own top-K candidates
 
 
@@ -160,7 +160,7 @@ def coverage(ids: torch.Tensor, tokens: torch.Tensor) -> float:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m core export", description=__doc__.split("\n")[0])
-    p.add_argument("--source", default="nanospec", choices=SOURCES)
+    p.add_argument("--source", default="nanospec", choices=RANKINGS)
     p.add_argument("--size", type=int, default=32768, metavar="K", help="ids in the exported map")
     p.add_argument("--out", default=None, metavar="PREFIX", help="write PREFIX.pt, PREFIX.json, PREFIX.d2t.safetensors")
     p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")

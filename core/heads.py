@@ -13,12 +13,13 @@ import torch
 
 from core import kernels
 from core.errors import SpecError
+from core.stats import SOURCES
 from core.stream import CandidateStream, StreamEvent
 
 
 class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
-                 sources=("prompt", "prefill", "draft", "verify")):
+                 sources=SOURCES):
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
         self.vocab_size = rows.shape[0]

@@ -20,9 +20,9 @@ from pathlib import Path
 from core import bench
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
-from core.trace import TIMERS
+from core.stats import DRAFT_TIMERS, SOURCES, aggregate, by_category
 
-DEFAULT_LIMIT = 1  # prompts per category when --limit is not given (the grid must fit ~30 min on a CPU)
+DEFAULT_LIMIT = 1  # prompts per category when --limit is not given
 FR_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 W_MAXES = (512, 1024, 2048, 3072, 4096, 8192)
 ABLATIONS = {  # variant -> (SpecConfig overrides, what S receives)
@@ -43,7 +43,7 @@ EVOLUTION_COLS = ["category", "step", "n_runs", "active_mean", "active_min", "ac
                   "coverage_mean", "coverage_min", "coverage_max"]
 ABLATION_COLS = ["variant", "sources", "status", "coverage", "mean_accept_len", "mean_active_vocab", "tokens_per_s",
                  "lm_head_ms_per_call"]
-SOURCE_COLS = ["category", "prompt", "prefill", "draft", "verify", "entries_per_step"]
+SOURCE_COLS = ["category", *SOURCES, "entries_per_step"]
 NU_RHO_COLS = ["method", "tau", "head_ms_per_call", "nu", "rho", "kappa", "predicted", "measured"]
 PAPER = {  # numbers quoted from the NanoSpec paper (their models and GPUs), only those we were given
     "active": "< 3k active tokens", "coverage": "73–97% coverage", "draft_time": "draft time −51.6%",
@@ -143,18 +143,6 @@ def warm_up(pipe, todo) -> None:
 
 # ---------------------------------------------------------------- reductions: rows -> tables
 
-def _agg(rows) -> dict:
-    """Totals of a group of runs: τ = step tokens / steps; tokens/s = new tokens / wall."""
-    steps = max(sum(r["steps"] for r in rows), 1)
-    t = {k: sum(r["timing_ms"][k] for r in rows) for k in TIMERS}
-    active = [a for r in rows for a in r["trace"]["active"]]
-    return {"steps": steps, "tau": sum(r["step_tokens"] for r in rows) / steps,
-            "tps": sum(r["new_tokens"] for r in rows) / max(sum(r["wall_s"] for r in rows), 1e-9),
-            "draft_calls": max(sum(r["draft_calls"] for r in rows), 1), "t": t, "t_total": sum(t.values()),
-            "active": sum(active) / len(active) if active else 0.0,
-            "coverage": sum(r["covered"] for r in rows) / max(sum(r["coverable"] for r in rows), 1)}
-
-
 def _of(rows, variant, ids=None) -> list:
     return [r for r in rows if r["variant"] == variant and (ids is None or r["prompt_id"] in ids)]
 
@@ -172,11 +160,11 @@ def latency_table(rows) -> list:
         g = _of(rows, m)
         if not g:
             continue
-        a = _agg(g)
-        per = {k: a["t"][k] / a["draft_calls"] for k in ("draft_backbone", "gather", "lm_head")}
+        a = aggregate(g)
+        per = {k: a["timing_ms"][k] / a["draft_calls"] for k in DRAFT_TIMERS}
         out.append({"method": m, "draft_steps": a["draft_calls"], "backbone_ms": round(per["draft_backbone"], 3),
                     "gather_ms": round(per["gather"], 3), "lm_head_ms": round(per["lm_head"], 3),
-                    "total_ms": round(sum(per.values()), 3), "verify_ms_per_step": round(a["t"]["verify"] / a["steps"], 3)})
+                    "total_ms": round(sum(per.values()), 3), "verify_ms_per_step": round(a["timing_ms"]["verify"] / a["steps"], 3)})
     return out
 
 
@@ -188,21 +176,21 @@ def oracle_table(rows, ids, vocab_size, base_fr_size) -> list:
     full = _of(rows, "full", ids)
     if not full:
         return []
-    af = _agg(full)
-    t_verify = (af["t"]["verify"] + af["t"]["other"]) / af["steps"]
-    t_body = (af["t"]["draft_backbone"] + af["t"]["gather"]) / af["steps"]
+    af = aggregate(full)
+    t_verify = (af["timing_ms"]["verify"] + af["timing_ms"]["other"]) / af["steps"]
+    t_body = (af["timing_ms"]["draft_backbone"] + af["timing_ms"]["gather"]) / af["steps"]
     out = []
     sizes = [(f"frspec_v{k}", k) for k in FR_SIZES] + [("frspec", base_fr_size), ("full", vocab_size)]
     for name, size in sizes:
         g = _of(rows, name, ids)
         if not g or (name != "full" and size >= vocab_size):  # V′ ≥ V is the full head again
             continue
-        a = _agg(g)
-        t_draft = t_body + a["t"]["lm_head"] / a["draft_calls"] * af["draft_calls"] / af["steps"]
-        out.append({"vocab_size": size, "variant": name, "mean_accept_len": round(a["tau"], 3),
+        a = aggregate(g)
+        t_draft = t_body + a["timing_ms"]["lm_head"] / a["draft_calls"] * af["draft_calls"] / af["steps"]
+        out.append({"vocab_size": size, "variant": name, "mean_accept_len": round(a["mean_accept_len"], 3),
                     "t_verify_ms": round(t_verify, 3), "t_draft_ms": round(t_draft, 3),
-                    "actual_tps": round(1000 * a["tau"] / (a["t_total"] / a["steps"]), 3),
-                    "oracle_tps": round(1000 * af["tau"] / (t_verify + t_draft), 3)})
+                    "actual_tps": round(1000 * a["mean_accept_len"] / (a["total_ms"] / a["steps"]), 3),
+                    "oracle_tps": round(1000 * af["mean_accept_len"] / (t_verify + t_draft), 3)})
     return sorted(out, key=lambda r: r["vocab_size"])
 
 
@@ -210,14 +198,14 @@ def coverage_table(rows, vocab_size) -> list:
     """Fig. 1b: per category, the fraction of generated tokens whose FR-Spec rank is < K (static
     top-K coverage), and NanoSpec's measured coverage at its mean |I_t|; tokens of the nanospec runs."""
     out = []
-    for cat, g in _by_category(_of(rows, "nanospec")).items():
+    for cat, g in by_category(_of(rows, "nanospec")).items():
         ranks = [k for r in g for k in r["trace"]["fr_rank"] if k >= 0]
         for k in _k_grid(vocab_size) if ranks else []:
             out.append({"category": cat, "kind": "frspec", "vocab_size": k,
                         "coverage": round(sum(x < k for x in ranks) / len(ranks), 4), "n_tokens": len(ranks)})
-        a = _agg(g)
-        out.append({"category": cat, "kind": "nanospec", "vocab_size": round(a["active"], 1),
-                    "coverage": round(a["coverage"], 4), "n_tokens": sum(r["coverable"] for r in g)})
+        a = aggregate(g)
+        out.append({"category": cat, "kind": "nanospec", "vocab_size": round(a["mean_active_vocab"], 1),
+                    "coverage": round(a["coverage"], 4), "n_tokens": a["coverable"]})
     return out
 
 
@@ -229,22 +217,15 @@ def _k_grid(vocab_size) -> list:
     return ks + [vocab_size]
 
 
-def _by_category(rows) -> dict:
-    out = {}
-    for r in rows:
-        out.setdefault(r["category"], []).append(r)
-    return out
-
-
 def wmax_table(rows, ids, base_w_max) -> list:
     """Fig. 5 on the sweep prompts: τ, tokens/s, |I_t|, coverage per W_max."""
     out = []
     for w in W_MAXES:
         g = _of(rows, "nanospec" if w == base_w_max else f"nanospec_w{w}", ids)
         if g:
-            a = _agg(g)
-            out.append({"w_max": w, "variant": g[0]["variant"], "mean_accept_len": round(a["tau"], 3),
-                        "tokens_per_s": round(a["tps"], 3), "mean_active_vocab": round(a["active"], 1),
+            a = aggregate(g)
+            out.append({"w_max": w, "variant": g[0]["variant"], "mean_accept_len": round(a["mean_accept_len"], 3),
+                        "tokens_per_s": round(a["tokens_per_s"], 3), "mean_active_vocab": round(a["mean_active_vocab"], 1),
                         "coverage": round(a["coverage"], 4)})
     return out
 
@@ -253,7 +234,7 @@ def evolution_table(rows) -> list:
     """Fig. 6: per category and decode step t, |I_t| and cumulative coverage (Σ covered / Σ emitted up
     to t) over the nanospec runs: mean, min, max across the runs still decoding at t."""
     out = []
-    for cat, g in _by_category(_of(rows, "nanospec")).items():
+    for cat, g in by_category(_of(rows, "nanospec")).items():
         series = [(r["trace"]["active"], _cumulative(r["trace"]["covered"], r["trace"]["emitted"])) for r in g]
         for t in range(max(len(a) for a, _ in series)):
             act = [a[t] for a, _ in series if t < len(a)]
@@ -280,10 +261,10 @@ def ablation_table(rows, ids, gemm) -> list:
     for name, (_, sources) in ABLATIONS.items():
         g = _of(rows, name, ids)
         if g:
-            a = _agg(g)
+            a = aggregate(g)
             out.append({"variant": name, "sources": sources, "status": "measured", "coverage": round(a["coverage"], 4),
-                        "mean_accept_len": round(a["tau"], 3), "mean_active_vocab": round(a["active"], 1),
-                        "tokens_per_s": round(a["tps"], 3), "lm_head_ms_per_call": round(a["t"]["lm_head"] / a["draft_calls"], 4)})
+                        "mean_accept_len": round(a["mean_accept_len"], 3), "mean_active_vocab": round(a["mean_active_vocab"], 1),
+                        "tokens_per_s": round(a["tokens_per_s"], 3), "lm_head_ms_per_call": round(a["timing_ms"]["lm_head"] / a["draft_calls"], 4)})
     for name, ms in (gemm or {}).items():
         if not name.startswith("_"):
             out.append({"variant": name, "sources": "LM head over I_t", "status": "microbenchmark",
@@ -295,10 +276,10 @@ def sources_table(rows) -> list:
     """Table 8: where NanoSpec's stream entries come from, per category (shares of all entries)."""
     nano = _of(rows, "nanospec")
     out = []
-    for cat, g in (list(_by_category(nano).items()) + [("all", nano)]) if nano else []:
-        counts = {s: sum(r["trace"]["sources"].get(s, 0) for r in g) for s in ("prompt", "prefill", "draft", "verify")}
+    for cat, g in (list(by_category(nano).items()) + [("all", nano)]) if nano else []:
+        counts = {s: sum(r["trace"]["sources"].get(s, 0) for r in g) for s in SOURCES}
         total = max(sum(counts.values()), 1)
-        steps = max(sum(r["steps"] for r in g), 1)
+        steps = aggregate(g)["steps"]
         out.append({"category": cat, **{s: round(n / total, 4) for s, n in counts.items()},
                     "entries_per_step": round((counts["draft"] + counts["verify"]) / steps, 2)})
     return out
@@ -316,19 +297,19 @@ def nu_rho_table(rows) -> tuple:
     full = _of(rows, "full")
     if not full:
         return [], 0.0
-    af = _agg(full)
-    kappa = af["t"]["lm_head"] / max(af["t_total"] - af["t"]["lm_head"], 1e-9)
-    head_full = af["t"]["lm_head"] / af["draft_calls"]
+    af = aggregate(full)
+    kappa = af["timing_ms"]["lm_head"] / max(af["total_ms"] - af["timing_ms"]["lm_head"], 1e-9)
+    head_full = af["timing_ms"]["lm_head"] / af["draft_calls"]
     out = []
     for m in METHODS[1:]:
         g = _of(rows, m)
         if g:
-            a = _agg(g)
-            head = a["t"]["lm_head"] / a["draft_calls"]
-            nu, rho = head / max(head_full, 1e-9), a["tau"] / af["tau"]
-            out.append({"method": m, "tau": round(a["tau"], 3), "head_ms_per_call": round(head, 4), "nu": round(nu, 4),
+            a = aggregate(g)
+            head = a["timing_ms"]["lm_head"] / a["draft_calls"]
+            nu, rho = head / max(head_full, 1e-9), a["mean_accept_len"] / af["mean_accept_len"]
+            out.append({"method": m, "tau": round(a["mean_accept_len"], 3), "head_ms_per_call": round(head, 4), "nu": round(nu, 4),
                         "rho": round(rho, 4), "kappa": round(kappa, 4),
-                        "predicted": round(predicted_speedup(nu, rho, kappa), 4), "measured": round(a["tps"] / af["tps"], 4)})
+                        "predicted": round(predicted_speedup(nu, rho, kappa), 4), "measured": round(a["tokens_per_s"] / af["tokens_per_s"], 4)})
     return out, kappa
 
 
@@ -342,10 +323,10 @@ def gemm_vs_repack(pipe, rows, n=None, reps=30) -> dict:
     g = _of(rows, "nanospec")
     if not g:
         return {}
-    a = _agg(g)
+    a = aggregate(g)
     W = pipe.drafter.head_weight
     V, d = W.shape
-    n_active = max(int(a["active"]), 1)
+    n_active = max(int(a["mean_active_vocab"]), 1)
     moved = sum(r["trace"]["sources"].get("draft", 0) + r["trace"]["sources"].get("verify", 0) for r in g) // a["steps"]
     gen = torch.Generator().manual_seed(0)
     idx = torch.randperm(V, generator=gen)[:n_active].to(W.device)
@@ -462,7 +443,8 @@ def run_paper(args_or_settings, progress=None, pipe=None) -> dict:
     gemm = gemm_vs_repack(pipe, rows, n=base.top_k)
     tables, kappa = make_tables(rows, pipe, base, ids, gemm)
     sweep_nano = _of(rows, "nanospec", ids)
-    point = {"active": _agg(sweep_nano)["active"], "tokens_per_s": _agg(sweep_nano)["tps"]} if sweep_nano else None
+    a = aggregate(sweep_nano) if sweep_nano else None
+    point = {"active": a["mean_active_vocab"], "tokens_per_s": a["tokens_per_s"]} if a else None
     progress(1.0, desc="writing figures")
     paths, note = write_outputs(out, tables, make_figures(tables, kappa, point), png=getattr(args, "png", True))
     meta = {"model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name, "prompts": len(prompts),

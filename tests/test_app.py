@@ -71,15 +71,16 @@ def test_make_config_rejects_absurd_settings():
 
 
 def _trace_of(records, method="nanospec") -> dict:
-    from core.trace import summarize
+    from core.stats import summarize
     return {"meta": {"method": method, "cfg": {"temperature": 0.0}, "summary": summarize(records)},
             "records": [r.to_dict() for r in records]}
 
 
 def test_app_and_cli_give_one_lossless_verdict():
-    """The app's badge comes from core.trace.compare_to_ar (what `python -m core generate --compare-ar`
+    """The app's badge comes from core.stats.compare_to_ar (what `python -m core generate --compare-ar`
     prints): a run diverging after a common prefix and a shorter run both differ, at the same token."""
-    from core.trace import StepRecord, compare_to_ar
+    from core.stats import compare_to_ar
+    from core.trace import StepRecord
     ar = [StepRecord(step=i, kind="prefill" if i == 0 else "ar", emitted=[t], margin=[2.0])
           for i, t in enumerate([5, 6, 7, 8, 9])]
     diverging = [StepRecord(step=0, kind="prefill", emitted=[5], margin=[2.0]),

@@ -12,7 +12,7 @@ from core.draft import ModelDrafter
 from core.engine import generate
 from core.heads import build_head
 from core.runner import EagerRunner
-from core.trace import compare_to_ar, summarize
+from core.stats import compare_to_ar, summarize
 from core.tree import Tree, merge_context, verify_inputs
 from test_sampling import DRAFT, TARGET, BigramRunner, chi2_pvalue, exact_joint
 
@@ -176,3 +176,28 @@ def test_bench_results_written_before_context_drafting_count_as_context_off():
     old = SpecConfig().to_dict()
     del old["context"], old["context_len"]
     assert _with_defaults({"configs": {"nanospec": old}})["configs"]["nanospec"]["context"] == "off"
+
+
+def _switch_after_warmup(model_ms: float, model_tokens_per_step: float):
+    from core.context import ModelSwitch
+    sw = ModelSwitch()
+    for drafted in (True,) * sw.WARM + (False,) * sw.WARM:
+        sw.observe(drafted, model_ms if drafted else 10.0, model_tokens_per_step if drafted else 0)
+    sw.steps = 0
+    ctx = ContextDrafter()
+    return sw, [sw.use_model(ctx, []) for _ in range(64)]
+
+
+def test_a_model_that_never_pays_is_drafted_only_once_every_far_exploration_period():
+    sw, choices = _switch_after_warmup(model_ms=20.0, model_tokens_per_step=0.3)  # 1.3 tokens / 20 ms < 1 / 10 ms
+    assert sum(choices) == 64 // (sw.EXPLORE * sw.FAR)
+
+
+def test_a_close_call_is_explored_every_explore_period():
+    sw, choices = _switch_after_warmup(model_ms=15.0, model_tokens_per_step=0.4)  # 1.4 / 15 vs 1 / 10: within CLOSE
+    assert sum(choices) == 64 // sw.EXPLORE
+
+
+def test_a_model_that_pays_is_drafted_except_at_exploration_steps():
+    sw, choices = _switch_after_warmup(model_ms=12.0, model_tokens_per_step=1.5)
+    assert 64 - sum(choices) == 64 // (sw.EXPLORE * sw.FAR)

@@ -20,7 +20,7 @@ from core.freq import frspec_ids
 from core.heads import build_head
 from core.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
 from core.runner import EagerRunner
-from core.trace import compare_to_ar, tokens_of
+from core.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 VOCAB, D = 300, 64

@@ -4,7 +4,7 @@ import pytest
 
 from core.config import SpecConfig
 from core.prompts import example_prompts
-from core.trace import compare_to_ar
+from core.stats import compare_to_ar
 
 METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim", "nanospec", "nanoslim"]
 

@@ -8,7 +8,7 @@ from core.draft import ModelDrafter
 from core.engine import generate
 from core.heads import build_head
 from core.runner import EagerRunner
-from core.trace import compare_to_ar, tokens_of
+from core.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim"]
@@ -86,7 +86,7 @@ def test_a_divergence_with_a_clear_margin_is_a_difference():
 
 
 def test_the_tie_rule_fires_for_bf16_scale_gaps_and_not_for_fp32_ones():
-    from core.trace import tie_tolerance
+    from core.stats import tie_tolerance
     top, gap = 20.0, 0.125  # one bf16 rounding step at |logit| = 20
     assert compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -7)))["tie"]
     assert not compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -23)))["tie"]

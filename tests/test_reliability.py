@@ -17,7 +17,7 @@ from core.atomic import write_atomic
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.prompts import example_prompts
-from core.trace import compare_to_ar, tokens_of
+from core.stats import compare_to_ar, tokens_of
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 16  # new tokens per default-model run

@@ -321,7 +321,7 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     from core.draft import ModelDrafter
     from core.engine import generate
     from core.heads import build_head
-    from core.trace import compare_to_ar
+    from core.stats import compare_to_ar
 
     model = peaky_tiny(0).to(dtype)
     prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -360,7 +360,7 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
     from core.draft import ModelDrafter
     from core.engine import generate
     from core.heads import build_head
-    from core.trace import compare_to_ar
+    from core.stats import compare_to_ar
 
     target, draft = (m.to(dtype) for m in peaky_qwen2_pair())
     prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
