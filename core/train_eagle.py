@@ -529,10 +529,10 @@ def card_pipeline(model, tok, head, target_id):
 
 
 def engine_tau(pipe, prompts, shapes=None, max_new=CARD_MAX_NEW) -> dict:
-    """Per draft shape: tau = the engine's mean accepted length (trace.summarize: tokens per verify step, bonus
+    """Per draft shape: tau = the engine's mean accepted length (stats.summarize: tokens per verify step, bonus
     included) over every prompt's steps; greedy, method full, context drafting off (the head alone)."""
     from core.config import SpecConfig
-    from core.trace import summarize
+    from core.stats import summarize
     res = {}
     for name, shape in (shapes or CARD_SHAPES).items():
         cfg = SpecConfig(method="full", max_new_tokens=max_new, context="off", **shape).validate()
@@ -573,7 +573,7 @@ def write_card(cfg, card, acc, path=None):
              f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
              f"head W, fp32 target on the eager runner; {card.get('eval_n', 0)} prompts of {card.get('eval_src', '')} x "
              f"{CARD_MAX_NEW} new tokens)", "",
-             "tau = the engine's mean accepted length (core.trace.summarize: tokens per verify step, bonus included).", "",
+             "tau = the engine's mean accepted length (core.stats.summarize: tokens per verify step, bonus included).", "",
              "| shape | verify steps | tau |", "|---|---|---|"]
     for r in acc.values():
         lines.append(tau_row(r))

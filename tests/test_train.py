@@ -170,7 +170,7 @@ def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
     from core.config import SpecConfig
-    from core.trace import summarize
+    from core.stats import summarize
     model, head = tiny(2)
     tok = tiny_tokenizer(chat_template=TEMPLATE)
     pipe = te.card_pipeline(model, tok, head, "tiny")
