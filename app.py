@@ -15,6 +15,7 @@ from core.config import METHODS, SpecConfig
 from core.paper import run_paper
 from core.prompts import CATEGORIES
 from core.errors import SpecError
+from core.models import DEFAULT_MODEL
 from core.trace import StepRecord, summarize
 from viz import plots
 from viz.learn import learn_figure, learn_markdown
@@ -35,7 +36,6 @@ except Exception:  # not on a Space (or not ZeroGPU): a no-op decorator
     def GPU(fn):
         return fn
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 UI_MAX_NEW_TOKENS = 512
 RUN_MAX_SECONDS = float(os.environ.get("SPECLENS_MAX_SECONDS", "300"))  # wall-clock cap per run (cut, not lost)
 PLOT_EVERY_S = float(os.environ.get("SPECLENS_PLOT_EVERY_S", "2.0"))  # streaming: Plotly refresh period (browser cost)
@@ -59,7 +59,6 @@ FALLBACK_EXAMPLES = [
     ("code", "Write a Python function is_palindrome(s) that ignores case and non-letters."),
 ]
 
-_LOAD_LOCK = threading.Lock()
 _PAPER_LOCK = threading.Lock()
 _STOP = {}  # session hash -> stop requested, only while that session has a run going
 _AR_CACHE = {}  # baseline_key -> AR baseline, shared by every session (see ar_baseline)
@@ -77,25 +76,17 @@ LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel
 
 # ---------------------------------------------------------------- engine access
 
-def pipeline_class():
-    """core.pipeline.Pipeline, or a SpecError saying why the engine is unavailable."""
-    try:
-        from core.pipeline import Pipeline
-    except ImportError as e:
-        raise SpecError(f"the generation engine is not available in this build ({e})") from None
-    return Pipeline
-
-
 def load_pipeline(model_key: str):
+    """The listed model pair's Pipeline (Pipeline.load caches it per process and serializes loads)."""
+    from core.pipeline import Pipeline
     model_id, draft = parse_model_key(model_key)
-    with _LOAD_LOCK:
-        try:
-            return pipeline_class().load(model_id=model_id, draft=draft)
-        except SpecError:
-            raise
-        except Exception as e:  # a model that fails to load must not take the app down
-            traceback.print_exc()
-            raise SpecError(f"could not load model {model_id!r} (draft {draft!r}): {type(e).__name__}: {e}") from None
+    try:
+        return Pipeline.load(model_id=model_id, draft=draft)
+    except SpecError:
+        raise
+    except Exception as e:  # a model that fails to load must not take the app down
+        traceback.print_exc()
+        raise SpecError(f"could not load model {model_id!r} (draft {draft!r}): {type(e).__name__}: {e}") from None
 
 
 def model_choices(hub: bool) -> list:

@@ -335,15 +335,15 @@ class FakeRunPipe:
 
 def test_a_model_that_fails_to_load_is_a_clear_message(monkeypatch):
     import app
+    from core import pipeline
 
-    class Broken:
-        @staticmethod
-        def load(model_id, draft):
-            raise OSError("safetensors header is corrupt")
-    monkeypatch.setattr(app, "pipeline_class", lambda: Broken)
+    def broken(*a, **k):
+        raise OSError("safetensors header is corrupt")
+    monkeypatch.setattr(pipeline, "_LOADED", {})  # nothing cached: the load really runs
+    monkeypatch.setattr(pipeline, "load_model", broken)
     with pytest.raises(SpecError, match="could not load model .*safetensors header is corrupt"):
         app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")
-    assert not app._LOAD_LOCK.locked()
+    assert not pipeline._LOAD_LOCK.locked()
 
 
 def test_an_exception_inside_a_step_reaches_the_api_user_as_a_message(monkeypatch):
