@@ -21,7 +21,7 @@ from ui.paper_tab import paper_ui
 from ui.run_tab import initial_trace, play, replay, replay_shift, run_ui, show_example, speed_to_interval, tick
 from ui.runs import UI_MAX_NEW_TOKENS, request_stop, summary_for, write_downloads
 from viz.learn import learn_figure, learn_markdown
-from viz.notes import source_note
+from viz.notes import source_note, status_note
 from viz.panels import PANELS, render_panels
 from viz.style import CSS
 from viz.tokens import last_index
@@ -193,7 +193,7 @@ def _compare_tab() -> dict:
     with gr.Row():
         c["run"] = gr.Button("Compare", variant="primary", elem_id="compare-btn")
         c["stop"] = gr.Button("Stop", variant="stop")
-    c["table"] = gr.HTML('<div class="source-note">Pick methods and press Compare.</div>', elem_id="compare-table")
+    c["table"] = gr.HTML(status_note("Pick methods and press Compare."), elem_id="compare-table")
     c["plot"] = gr.Plot(label="Coverage by method", show_label=False, elem_id="compare-plot")
     c["texts"] = gr.HTML(elem_id="compare-texts")
     return c
