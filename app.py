@@ -3,6 +3,7 @@
 The layout: components, tabs and the wiring of their events to the handlers in ui/ (each handler returns
 {component name: value}; `by_name` hands gradio those values in the order of the event's outputs)."""
 import argparse
+import contextlib
 import functools
 import inspect
 import os
@@ -48,8 +49,9 @@ def by_name(fn, names):
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def stream(*args, **kwargs):
-            for values in fn(*args, **kwargs):
-                yield ordered(values)
+            with contextlib.closing(fn(*args, **kwargs)) as values_seq:  # closing the page closes fn's run
+                for values in values_seq:
+                    yield ordered(values)
         return stream
 
     @functools.wraps(fn)

@@ -76,6 +76,22 @@ def test_handlers_name_only_components_their_event_updates():
         app.by_name(handler, ("a",))(7)
 
 
+def test_closing_a_streamed_event_closes_its_handler():
+    """What gradio does when a page closes mid-run: the handler's own cleanup (stop flag, engine) runs."""
+    closed = []
+
+    def handler():
+        try:
+            yield {"a": 1}
+            yield {"a": 2}
+        finally:
+            closed.append(True)
+    stream = app.by_name(handler, ("a",))()
+    assert next(stream) == [1]
+    stream.close()
+    assert closed == [True]
+
+
 def test_make_config_rejects_absurd_settings():
     from core.errors import SpecError
     with pytest.raises(SpecError):
