@@ -232,8 +232,6 @@ def _wire(demo, ui, cmp, pap, trace_state) -> None:
     _on(ui["run"].click, run_ui, [ui["prompt"], ui["model"], ui["method"]] + settings, run, RUN_OUT, **MODEL_EVENTS)
     _on(cmp["run"].click, compare_ui, [cmp["prompt"], cmp["methods"], ui["model"]] + settings, cmp,
         ("table", "plot", "texts"), **MODEL_EVENTS)
-    _on(pap["run"].click, paper_ui, [ui["model"], pap["upload"], pap["limit"], pap["max_new"], pap["categories"]],
-        pap, ("note", "report", "files"), **MODEL_EVENTS)
     # Stop = a per-session flag the engine polls between steps: the run ends at the next step boundary and
     # keeps its partial trace (summary shows "stopped"). Gradio's cancels= left outputs in an "Error" state
     # and, when it hit the first step, blocked the next Run click in gradio 6.31.
@@ -244,6 +242,8 @@ def _wire(demo, ui, cmp, pap, trace_state) -> None:
     ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
     demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)
+    _on(pap["run"].click, paper_ui, [ui["model"], pap["upload"], pap["limit"], pap["max_new"], pap["categories"]],
+        pap, ("note", "report", "files"), **MODEL_EVENTS)
 
 
 def _wire_replay(run: dict) -> None:
