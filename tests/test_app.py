@@ -54,8 +54,10 @@ def test_api_lists_only_generate(served):
 
 
 def run(prompt, method="nanospec", n=16, key=KEY) -> list:
-    """Every Run-tab update of one run, each {component name: value}."""
-    return list(run_tab.run_ui(prompt, key, method, *default_settings(), n, 0.0))
+    """Every Run-tab update of one run, each {component name: value} naming only Run-tab outputs."""
+    outs = list(run_tab.run_ui(prompt, key, method, *default_settings(), n, 0.0))
+    assert all(set(o) <= set(app.RUN_OUT) for o in outs), [set(o) - set(app.RUN_OUT) for o in outs]
+    return outs
 
 
 def test_run_ui_reports_errors_without_raising():
