@@ -15,12 +15,12 @@ from pathlib import Path
 
 from core.config import SpecConfig
 from core.errors import SpecError
+from core.models import DEFAULT_MODEL
 from core.stats import compare_to_ar, summarize
 from core.trace import StepRecord
 from viz.tracefile import add_vocab, missing_ids, new_trace, round_floats, save_trace
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-DEFAULT_MODEL = "smollm2-135m-instruct"
 APP_MAX_NEW_TOKENS = 64  # the app's default generation length (its slider starts here)
 EXAMPLES = {  # offline model pair (model, draft) -> shipped example trace
     (DEFAULT_MODEL, "auto"): ASSETS / "example_trace.json",

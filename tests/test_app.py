@@ -1,4 +1,5 @@
-"""app.py: the named `generate` endpoint driven through gradio_client against a launched app, and input errors."""
+"""The web app: the named `generate` endpoint driven through gradio_client against a launched app, and the
+handlers in ui/ called directly (their outputs by component name), with input errors."""
 import os
 from pathlib import Path
 
@@ -6,6 +7,13 @@ import pytest
 
 import app
 from conftest import served_app
+from core.models import DEFAULT_MODEL
+from ui import compare_tab, models, paper_tab, run_tab, runs
+from ui.runs import default_settings, make_config
+from viz.panels import PANELS
+from viz.tokens import emitted_ids
+
+KEY = f"{DEFAULT_MODEL}|auto"
 
 SUMMARY_KEYS = {"text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
                 "timing_ms", "tokens_per_s", "cut"}
@@ -45,29 +53,54 @@ def test_api_lists_only_generate(served):
     assert set(info["named_endpoints"]) == {"/generate"}
 
 
-def out(values: list) -> dict:
-    """A Run-tab output list by component name."""
-    return dict(zip(app.RUN_OUT, values))
-
-
-def run(prompt, method="nanospec", n=16) -> list:
-    return [out(o) for o in app.run_ui(prompt, f"{app.DEFAULT_MODEL}|auto", method, *app._default_settings(), n, 0.0)]
+def run(prompt, method="nanospec", n=16, key=KEY) -> list:
+    """Every Run-tab update of one run, each {component name: value} naming only Run-tab outputs."""
+    outs = list(run_tab.run_ui(prompt, key, method, *default_settings(), n, 0.0))
+    assert all(set(o) <= set(app.RUN_OUT) for o in outs), [set(o) - set(app.RUN_OUT) for o in outs]
+    return outs
 
 
 def test_run_ui_reports_errors_without_raising():
-    outs = [out(o) for o in app.run_ui("", f"{app.DEFAULT_MODEL}|auto", "nanospec", *app._default_settings(), 16, 0.0)]
+    outs = run("")
     assert len(outs) == 1 and "prompt is empty" in outs[0]["note"] and "error-box" in outs[0]["note"]
-    outs = [out(o) for o in app.run_ui("hi", "/etc/passwd|self", "nanospec", *app._default_settings(), 16, 0.0)]
+    outs = run("hi", key="/etc/passwd|self")
     assert "unknown model choice" in outs[-1]["note"] and "error-box" in outs[-1]["note"]
+
+
+def test_handlers_name_only_components_their_event_updates():
+    """app.by_name hands gradio a handler's named values in the event's output order, gr.skip() for the rest."""
+    import gradio as gr
+
+    def handler(x):
+        return {"b": x}
+    assert app.by_name(handler, ("a", "b", "c"))(7) == [gr.skip(), 7, gr.skip()]
+    with pytest.raises(AssertionError, match="does not have"):
+        app.by_name(handler, ("a",))(7)
+
+
+def test_closing_a_streamed_event_closes_its_handler():
+    """What gradio does when a page closes mid-run: the handler's own cleanup (stop flag, engine) runs."""
+    closed = []
+
+    def handler():
+        try:
+            yield {"a": 1}
+            yield {"a": 2}
+        finally:
+            closed.append(True)
+    stream = app.by_name(handler, ("a",))()
+    assert next(stream) == [1]
+    stream.close()
+    assert closed == [True]
 
 
 def test_make_config_rejects_absurd_settings():
     from core.errors import SpecError
     with pytest.raises(SpecError):
-        app.make_config("nanospec", 0, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0)  # w_max = 0
+        make_config("nanospec", 0, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0)  # w_max = 0
     with pytest.raises(SpecError):
-        app.make_config("nanospec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 99.0)  # temperature
-    assert app.make_config("frspec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0).method == "frspec"
+        make_config("nanospec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 99.0)  # temperature
+    assert make_config("frspec", 3072, 3, 3, 8192, 0, 4, 2, 10, 64, 0.0).method == "frspec"
 
 
 def _trace_of(records, method="nanospec") -> dict:
@@ -79,6 +112,7 @@ def _trace_of(records, method="nanospec") -> dict:
 def test_app_and_cli_give_one_lossless_verdict():
     """The app's badge comes from core.stats.compare_to_ar (what `python -m core generate --compare-ar`
     prints): a run diverging after a common prefix and a shorter run both differ, at the same token."""
+    from core.example import baseline_of, lossless_verdict
     from core.stats import compare_to_ar
     from core.trace import StepRecord
     ar = [StepRecord(step=i, kind="prefill" if i == 0 else "ar", emitted=[t], margin=[2.0])
@@ -87,18 +121,18 @@ def test_app_and_cli_give_one_lossless_verdict():
                  StepRecord(step=1, kind="step", emitted=[6, 7, 4, 9], margin=[2.0] * 4)]
     shorter = [StepRecord(step=0, kind="prefill", emitted=[5], margin=[2.0]),
                StepRecord(step=1, kind="step", emitted=[6, 7], margin=[2.0] * 2)]
-    baseline = app.baseline_of(_trace_of(ar, "ar"))
+    baseline = baseline_of(_trace_of(ar, "ar"))
     for spec in (diverging, shorter):
         cli = compare_to_ar(spec, ar)
-        assert app.lossless_verdict(_trace_of(spec), baseline) == cli and not cli["identical"]
+        assert lossless_verdict(_trace_of(spec), baseline) == cli and not cli["identical"]
     assert compare_to_ar(diverging, ar)["first_diff"] == 3 and compare_to_ar(shorter, ar)["first_diff"] == 3
-    assert app.lossless_verdict(_trace_of(ar[:1] + ar[1:]), baseline)["identical"]
+    assert lossless_verdict(_trace_of(ar[:1] + ar[1:]), baseline)["identical"]
 
 
 def test_model_choices_are_a_closed_list():
-    keys = [k for _, k in app.model_choices(hub=True)]
-    assert all(app.parse_model_key(k) for k in keys)
-    assert len(app.model_choices(hub=False)) < len(keys)
+    keys = [k for _, k in models.model_choices(hub=True)]
+    assert all(models.parse_model_key(k) for k in keys)
+    assert len(models.model_choices(hub=False)) < len(keys)
 
 
 def test_examples_cover_seven_categories():
@@ -107,23 +141,26 @@ def test_examples_cover_seven_categories():
 
 
 def test_initial_trace_is_browsable():
-    t = app.initial_trace()
+    t = run_tab.initial_trace()
     assert t["records"] and t["meta"]["summary"]
-    vals = app.replay(t, 1)
-    assert len(vals) == 7 and "tok" in vals[0]
+    panels = run_tab.replay(t, 1)
+    assert set(panels) == set(PANELS) and "tok" in panels["text"]
 
 
 class FakePipe:
     """Replays a synthetic trace through the Pipeline interface (no model): spec methods get the trace's
-    records, ar gets the same tokens one per step, so greedy runs are lossless by construction."""
+    records, ar gets the same tokens one per step, so greedy runs are lossless by construction. `methods`
+    lists the method of every run."""
     model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 30
 
     def __init__(self):
         from viz.synthetic import synthetic_trace
         self.trace = synthetic_trace(n_steps=6, seed=3)
+        self.methods = []
 
     def run(self, prompt, cfg, chat=True, should_stop=lambda: False, **kw):
         from core.trace import StepRecord
+        self.methods.append(cfg.method)
         recs = [StepRecord.from_dict(r) for r in self.trace["records"]]
         if cfg.method == "ar":
             toks = [t for r in recs for t in r.emitted]
@@ -142,30 +179,29 @@ class FakePipe:
 
 @pytest.fixture
 def fake_pipe(monkeypatch):
+    """Every model pair the app loads is a FakePipe (Pipeline.load is the one place the handlers load from)."""
+    from core.pipeline import Pipeline
     pipe = FakePipe()
-    monkeypatch.setattr(app, "load_pipeline", lambda key: pipe)
+    monkeypatch.setattr(Pipeline, "load", lambda *a, **k: pipe)
     return pipe
 
 
 def test_run_ui_streams_then_finishes_with_speedup_and_verdict_unasked(fake_pipe):
-    app._AR_CACHE.clear()
+    runs._AR_CACHE.clear()
     outs = run("hello")
     final = outs[-1]
     trace, summary, files = final["trace"], final["summary"], final["files"]
     assert "your run" in final["note"] and "lossless ✓" in summary and "×" in summary
     assert len(files) == 2 and all(os.path.exists(f) for f in files)
-    assert trace["meta"]["baseline"]["tokens"] == app.emitted_ids(trace) and len(app._AR_CACHE) == 1
-    assert app.LAST_RUN_STATS["render_s"] >= 0 and app.LAST_RUN_STATS["steps"] == len(trace["records"])
+    assert trace["meta"]["baseline"]["tokens"] == emitted_ids(trace) and len(runs._AR_CACHE) == 1
+    assert run_tab.LAST_RUN_STATS["render_s"] >= 0 and run_tab.LAST_RUN_STATS["steps"] == len(trace["records"])
 
 
-def test_plain_decoding_runs_once_per_prompt_and_settings(fake_pipe, monkeypatch):
-    app._AR_CACHE.clear()
-    calls = []
-    real = app.run_to_end
-    monkeypatch.setattr(app, "run_to_end", lambda pipe, p, cfg, *a: calls.append(cfg.method) or real(pipe, p, cfg, *a))
+def test_plain_decoding_runs_once_per_prompt_and_settings(fake_pipe):
+    runs._AR_CACHE.clear()
     run("hello")
     second = run("hello")
-    assert calls == ["ar"] and "lossless ✓" in second[-1]["summary"]
+    assert fake_pipe.methods == ["nanospec", "ar", "nanospec"] and "lossless ✓" in second[-1]["summary"]
 
 
 def test_live_frames_sample_the_engine_and_show_its_own_speed(fake_pipe, monkeypatch):
@@ -177,7 +213,7 @@ def test_live_frames_sample_the_engine_and_show_its_own_speed(fake_pipe, monkeyp
             time.sleep(0.02)
             yield r
     monkeypatch.setattr(fake_pipe, "run", slow_run)
-    monkeypatch.setattr(app, "FRAME_S", 0.03)
+    monkeypatch.setattr(run_tab, "FRAME_S", 0.03)
     outs = run("hello")
     live = [o for o in outs if "Generating" in str(o["note"])]
     assert live and "tok-bonus" in live[-1]["text"] and "tokens/s" in live[-1]["summary"]
@@ -187,10 +223,9 @@ def test_live_frames_sample_the_engine_and_show_its_own_speed(fake_pipe, monkeyp
 
 
 def test_compare_ui_table_plot_texts(fake_pipe):
-    app._AR_CACHE.clear()
-    outs = list(app.compare_ui("hello", ["nanospec", "ar"], f"{app.DEFAULT_MODEL}|auto",
-                               *app._default_settings(), 16, 0.0))
-    table, fig, texts = outs[-1]
+    runs._AR_CACHE.clear()
+    outs = list(compare_tab.compare_ui("hello", ["nanospec", "ar"], KEY, *default_settings(), 16, 0.0))
+    table, fig, texts = outs[-1]["table"], outs[-1]["plot"], outs[-1]["texts"]
     assert "nanospec" in table and "lossless ✓" in table
     assert [t.name for t in fig.data] == ["ar", "nanospec"]
     assert texts.count("compare-col-title") == 2
@@ -205,19 +240,19 @@ def test_stop_flag_cuts_the_run(fake_pipe, monkeypatch):
             time.sleep(0.05)
             yield r
     monkeypatch.setattr(fake_pipe, "run", slow_run)
-    app._STOP.clear()
-    gen = app.run_ui("hello", f"{app.DEFAULT_MODEL}|auto", "nanospec", *app._default_settings(), 16, 0.0)
+    runs._STOP.clear()
+    gen = run_tab.run_ui("hello", KEY, "nanospec", *default_settings(), 16, 0.0)
     next(gen)
-    app.request_stop(None)
-    outs = [out(o) for o in gen]
+    runs.request_stop(None)
+    outs = list(gen)
     assert "stopped" in outs[-1]["summary"]
 
 
 def test_finished_runs_and_stray_stops_leave_no_session_state(fake_pipe):
-    app._STOP.clear()
+    runs._STOP.clear()
     run("hello", n=8)
-    app.request_stop(None)
-    assert app._STOP == {}
+    runs.request_stop(None)
+    assert runs._STOP == {}
 
 
 # ---------------------------------------------------------------- paper figures tab
@@ -234,43 +269,44 @@ def fake_paper(monkeypatch):
         (out / "report.md").write_text("# SpecLens paper figures\n\n| a |\n|---|\n| 1 |\n")
         (out / "table2_speed.csv").write_text("category,method\n")
         return {"report.md": str(out / "report.md"), "table2_speed.csv": str(out / "table2_speed.csv")}
-    monkeypatch.setattr(app, "run_paper", run_paper)
+    monkeypatch.setattr(paper_tab, "run_paper", run_paper)
     return seen
 
 
 def test_paper_tab_runs_the_grid_on_the_shipped_prompts_and_offers_every_file(fake_paper):
-    note, report, files = app.paper_ui(f"{app.DEFAULT_MODEL}|auto", None, 1, 128, [], progress=lambda *a, **k: None)
-    assert "Done" in note and report.startswith("# SpecLens paper figures")
-    assert sorted(Path(f).name for f in files) == ["report.md", "table2_speed.csv"]
+    got = paper_tab.paper_ui(KEY, None, 1, 128, [], progress=lambda *a, **k: None)
+    assert "Done" in got["note"] and got["report"].startswith("# SpecLens paper figures")
+    assert sorted(Path(f).name for f in got["files"]) == ["report.md", "table2_speed.csv"]
     assert "prompts" not in fake_paper and fake_paper["max_new_tokens"] == 128 and fake_paper["categories"] is None
 
 
 def test_paper_tab_uses_an_uploaded_prompt_file(fake_paper, tmp_path):
     upload = tmp_path / "spec_bench.jsonl"
     upload.write_text('{"question_id": "q1", "category": "qa", "turns": ["Why?"]}\n')
-    app.paper_ui(f"{app.DEFAULT_MODEL}|auto", str(upload), 2, 32, ["qa"], progress=lambda *a, **k: None)
+    paper_tab.paper_ui(KEY, str(upload), 2, 32, ["qa"], progress=lambda *a, **k: None)
     assert fake_paper["prompts"] == [str(upload)] and fake_paper["limit"] == 2 and fake_paper["categories"] == ["qa"]
 
 
 def test_paper_tab_names_a_bad_prompt_file_instead_of_failing(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
-    note, _, _ = app.paper_ui(f"{app.DEFAULT_MODEL}|auto", str(bad), 1, 16, [], progress=lambda *a, **k: None)
-    assert "error" in note.lower() and "bad.jsonl" in note
+    got = paper_tab.paper_ui(KEY, str(bad), 1, 16, [], progress=lambda *a, **k: None)
+    assert set(got) == {"note"} and "error" in got["note"].lower() and "bad.jsonl" in got["note"]
 
 
 def test_untrained_slim_factors_are_said_on_screen(default_pipeline):
     from core.example import slim_factors_kind
-    cfg = app.make_config("slimspec", *app._default_settings(), 16, 0.0)
+    from viz.notes import trace_notes
+    cfg = make_config("slimspec", *default_settings(), 16, 0.0)
     assert slim_factors_kind(default_pipeline, cfg) == "trained"  # the EAGLE pair ships factors at d/8
-    cfg = app.make_config("slimspec", 3072, 3, 3, 8192, 8, 3, 2, 6, 16, 0.0)  # rank 8: none shipped
+    cfg = make_config("slimspec", 3072, 3, 3, 8192, 8, 3, 2, 6, 16, 0.0)  # rank 8: none shipped
     assert slim_factors_kind(default_pipeline, cfg) == "svd"
-    assert "untrained" in app.trace_notes({"slim_factors": "svd"})[0] and not app.trace_notes({"slim_factors": "trained"})
+    assert "untrained" in trace_notes({"slim_factors": "svd"})[0] and not trace_notes({"slim_factors": "trained"})
 
 
 def test_switching_the_model_pair_shows_that_pairs_example_but_keeps_a_visitors_run():
-    example = app.initial_trace()
-    got = out(app.show_example(f"{app.DEFAULT_MODEL}|self", example))
+    example = run_tab.initial_trace()
+    got = run_tab.show_example(f"{DEFAULT_MODEL}|self", example)
     assert got["trace"]["meta"]["draft"] == "self" and "tok" in got["text"]
     own = {"meta": {"method": "nanospec"}, "records": []}
-    assert all(v == app.gr.skip() for v in app.show_example(f"{app.DEFAULT_MODEL}|self", own))
+    assert run_tab.show_example(f"{DEFAULT_MODEL}|self", own) == {}  # every output keeps the visitor's run

@@ -100,8 +100,9 @@ def test_replay_buttons_scrub_the_panels(browser, url):
 
 
 def test_run_default_prompt_streams_every_panel(browser, url):
-    import app
-    app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")  # measure latency with the model already loaded
+    from ui.models import DEFAULT_KEY, load_pipeline
+    from ui.run_tab import LAST_RUN_STATS
+    load_pipeline(DEFAULT_KEY)  # measure latency with the model already loaded
     page = open_page(browser, url)
     set_max_tokens(page, str(RUN_TOKENS))
     page.evaluate(NOTE_LOG_JS)
@@ -115,7 +116,7 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     assert page.locator("#coverage-plot .js-plotly-plot .scatterlayer .trace").count() >= 2
     assert page.locator("#downloads a").count() >= 2
     page.screenshot(path=str(ART / "run-desktop.png"), full_page=True)
-    stats = dict(app.LAST_RUN_STATS)
+    stats = dict(LAST_RUN_STATS)
     shown = float(card(page, "tokens/s"))
     assert abs(shown - stats["tokens_per_s"]) <= 0.1 * stats["tokens_per_s"], (shown, stats["tokens_per_s"])
     assert card(page, "speedup vs AR").endswith("×"), "no speedup with no checkbox ticked"

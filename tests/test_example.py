@@ -32,5 +32,6 @@ def test_example_runtime_is_the_one_the_app_loads(default_pipeline):
 
 
 def test_the_apps_untouched_settings_are_the_example_config():
-    import app
-    assert app.make_config("nanospec", *app._default_settings(), app.APP_MAX_NEW_TOKENS, 0.0) == app_config()
+    from core.example import APP_MAX_NEW_TOKENS
+    from ui.runs import default_settings, make_config
+    assert make_config("nanospec", *default_settings(), APP_MAX_NEW_TOKENS, 0.0) == app_config()

@@ -1,5 +1,6 @@
-"""The module graph, read from the source (every import, lazy ones included): core/ has no import cycle, and
-nothing below the entry points imports an experiment or an entry point."""
+"""The module graph, read from the source (every import, lazy ones included): core/ has no import cycle,
+nothing below the entry points imports an experiment or an entry point, and the web app (app.py, its
+handlers in ui/) sits on top: nothing in core/ or viz/ imports it."""
 import pytest
 
 from imports import cycles, external_imports, graph, modules_under, project_imports
@@ -9,6 +10,7 @@ CORE = modules_under("core") + modules_under("core.kernels")
 ENTRIES = {"core.__main__", "core.cli", "core.bench", "core.paper", "core.runtime_bench", "core.train_eagle",
            "core.train_slim", "core.train_loop", "core.kernels.bench", "core.device_check", "core.device_train",
            "core.device_tiny", "core.export", "core.example", "core.bench_pair", "core.context_bench", "core.chunks"}
+UI = modules_under("ui")  # the app's handlers; app.py is the layout on top of them
 
 
 def test_core_has_no_import_cycle():
@@ -22,6 +24,16 @@ def test_the_engine_and_runtime_import_no_experiment_or_entry_point(module):
 
 def test_core_never_imports_gradio():
     assert [m for m in CORE if "gradio" in external_imports(m)] == []
+
+
+def test_core_and_viz_never_import_the_web_app():
+    app = set(UI) | {"app"}
+    assert [m for m in CORE + modules_under("viz") if project_imports(m) & app] == []
+
+
+def test_the_handlers_have_no_import_cycle_and_never_import_the_layout():
+    assert cycles(graph(UI)) == []
+    assert [m for m in UI if "app" in project_imports(m)] == []
 
 
 def test_the_import_reader_sees_imports_inside_functions():

@@ -215,14 +215,14 @@ def test_offline_aliases_and_local_dirs_never_ask_for_remote_code(tmp_path, monk
 @pytest.mark.parametrize("key", ["/etc/passwd|self", "https://evil.example/m|auto", "smollm2-135m-instruct|/tmp/x",
                                  "../../models|self", "smollm2-135m-instruct", "evil-org/evil-model|auto", ""])
 def test_the_app_opens_only_listed_models(key):
-    import app
+    from ui.models import parse_model_key
     with pytest.raises(SpecError, match="unknown model choice"):
-        app.parse_model_key(key)
+        parse_model_key(key)
 
 
 def test_the_api_endpoint_takes_no_model_path_or_url():
-    import app
-    assert list(inspect.signature(app.generate).parameters) == ["prompt", "method", "max_new_tokens"]
+    from ui.api import generate
+    assert list(inspect.signature(generate).parameters) == ["prompt", "method", "max_new_tokens"]
 
 
 UPLOAD_KINDS = ("File", "UploadButton", "Image", "ImageEditor", "Audio", "Video", "Gallery", "Model3D",
@@ -275,17 +275,17 @@ def test_the_server_limits_upload_size():
     (dict(temperature=float("nan")), "temperature"), (dict(method="../../etc"), "method"),
 ])
 def test_the_app_rejects_settings_outside_the_server_bounds(settings, needle):
-    import app
+    from ui.runs import make_config
     args = dict(method="nanospec", w_max=3072, k_pre=3, k_ver=3, fr_size=8192, rank=0, depth=4, top_k=2,
                 tree_size=10, max_new=64, temperature=0.0) | settings
     with pytest.raises(SpecError, match=needle):
-        app.make_config(**args)
+        make_config(**args)
 
 
 def test_the_app_rejects_an_overlong_prompt_with_its_length():
-    import app
+    from ui.runs import check_prompt
     with pytest.raises(SpecError, match="too long .*8001 characters"):
-        app.check_prompt("x" * 8001)
+        check_prompt("x" * 8001)
 
 
 @pytest.mark.parametrize("prompt, method, n, needle", [
@@ -293,32 +293,32 @@ def test_the_app_rejects_an_overlong_prompt_with_its_length():
     ("hi", "nanospec", -5, "max_new_tokens"), ("hi", "C:/evil", 8, "method must be one of"),
 ])
 def test_the_api_endpoint_turns_bad_input_into_a_message(default_pipeline, prompt, method, n, needle):
-    import app
     import gradio as gr
+    from ui.api import generate
     with pytest.raises(gr.Error, match=needle):
-        app.generate(prompt, method, n)
+        generate(prompt, method, n)
 
 
 @pytest.mark.parametrize("n", ["abc", None, float("nan")])
 def test_the_api_endpoint_turns_a_non_number_token_count_into_a_message(default_pipeline, n):
-    import app
     import gradio as gr
+    from ui.api import generate
     with pytest.raises(gr.Error, match="max"):
-        app.generate("hi", "ar", n)
+        generate("hi", "ar", n)
 
 
 def test_a_sessions_baselines_are_capped():
-    import app
+    from ui.runs import remember_baseline
     kept = {}
     for i in range(10):
-        kept = app.remember_baseline(kept, f"k{i}", {"meta": {}})
+        kept = remember_baseline(kept, f"k{i}", {"meta": {}})
     assert list(kept) == ["k6", "k7", "k8", "k9"]
 
 
 # ---------------------------------------------------------------- faults: the app keeps serving
 
 class FakeRunPipe:
-    """The Pipeline surface app.generate uses; `run` records its kwargs and fails inside the first step."""
+    """The Pipeline surface ui.api.generate uses; `run` records its kwargs and fails inside the first step."""
     model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 300
 
     def __init__(self):
@@ -334,32 +334,33 @@ class FakeRunPipe:
 
 
 def test_a_model_that_fails_to_load_is_a_clear_message(monkeypatch):
-    import app
+    from core import pipeline
+    from core.models import DEFAULT_MODEL
+    from ui.models import load_pipeline
 
-    class Broken:
-        @staticmethod
-        def load(model_id, draft):
-            raise OSError("safetensors header is corrupt")
-    monkeypatch.setattr(app, "pipeline_class", lambda: Broken)
+    def broken(*a, **k):
+        raise OSError("safetensors header is corrupt")
+    monkeypatch.setattr(pipeline, "_LOADED", {})  # nothing cached: the load really runs
+    monkeypatch.setattr(pipeline, "load_model", broken)
     with pytest.raises(SpecError, match="could not load model .*safetensors header is corrupt"):
-        app.load_pipeline(f"{app.DEFAULT_MODEL}|auto")
-    assert not app._LOAD_LOCK.locked()
+        load_pipeline(f"{DEFAULT_MODEL}|auto")
+    assert not pipeline._LOAD_LOCK.locked()
 
 
 def test_an_exception_inside_a_step_reaches_the_api_user_as_a_message(monkeypatch):
-    import app
     import gradio as gr
-    monkeypatch.setattr(app, "load_pipeline", lambda key: FakeRunPipe())
+    from ui import api
+    monkeypatch.setattr(api, "load_pipeline", lambda key: FakeRunPipe())
     with pytest.raises(gr.Error, match="internal error"):
-        app.generate("hi", "nanospec", 8)
+        api.generate("hi", "nanospec", 8)
 
 
 def test_web_runs_have_a_wall_clock_cap(monkeypatch):
-    import app
+    from ui import api
     pipe = FakeRunPipe()
-    monkeypatch.setattr(app, "load_pipeline", lambda key: pipe)
+    monkeypatch.setattr(api, "load_pipeline", lambda key: pipe)
     try:
-        app.generate("hi", "nanospec", 8)
+        api.generate("hi", "nanospec", 8)
     except Exception:
         pass
     assert pipe.kwargs.get("max_seconds")

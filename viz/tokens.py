@@ -53,3 +53,8 @@ def records_upto(trace: dict, step: int | None) -> list:
 
 def last_index(trace: dict) -> int:
     return max(len(trace.get("records", [])) - 1, 0)
+
+
+def emitted_ids(trace: dict) -> list:
+    """Every token id the run emitted, in order."""
+    return [t for r in trace.get("records", []) for t in r.get("emitted", [])]

@@ -1,0 +1,47 @@
+"""The status line above the Run tab's panels, run notes, and the Compare tab's texts: HTML strings."""
+from viz.summary import measured_line
+from viz.text import render_text
+from viz.tokens import emitted_ids, esc
+
+
+def source_note(trace: dict, live: bool = False) -> str:
+    """What the panels show: the visitor's run, the shipped example, a loaded or a synthetic trace."""
+    m = trace.get("meta", {})
+    if m.get("synthetic"):
+        what = "a synthetic demo trace (no example trace shipped yet)"
+    elif live:
+        what = "your run"
+    else:
+        what = "the shipped example" if m.get("example") else "a loaded trace"
+    return (f'<div class="source-note">Showing {what}: <b>{esc(m.get("method", ""))}</b> on '
+            f'<code>{esc(m.get("model", ""))}</code> ({esc(m.get("draft", ""))} draft).<span class="hint"> Press <b>Run</b> to '
+            f'generate your own, or scrub the replay slider.</span>{measured_line(m) if not live else ""}</div>')
+
+
+def status_note(msg: str) -> str:
+    return f'<div class="source-note">{esc(msg)}</div>'
+
+
+def error_note(msg: str) -> str:
+    return f'<div class="error-box" role="alert">⚠ {esc(msg)}</div>'
+
+
+def running_note(trace: dict) -> str:
+    """While a run streams: its step and token count so far."""
+    n = len(trace["records"])
+    return f'<div class="source-note">Generating… step {n - 1} · {len(emitted_ids(trace))} tokens</div>'
+
+
+def trace_notes(meta: dict) -> tuple:
+    """Footer lines for the summary cards that change how to read the run."""
+    if meta.get("slim_factors") == "svd":
+        return ("SlimSpec factors here are untrained (a truncated SVD of the head, no training on this pair): "
+                "expect most drafts rejected. Trained factors ship with the EAGLE draft head at its default rank.",)
+    return ()
+
+
+def compare_texts(runs: dict) -> str:
+    """{method: trace} -> each method's text in a column, side by side."""
+    cols = "".join(f'<div class="compare-col"><div class="compare-col-title">{esc(m)}</div>'
+                   f'{render_text(t, None, legend=False)}</div>' for m, t in runs.items())
+    return f'<div class="compare-grid">{cols}</div>'
