@@ -14,13 +14,13 @@ DTYPES = ("auto", "fp32", "bf16")
 SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")  # per-model defaults: Alias.draft_shape
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
-    "bench": "core.paper",  # --figures DIR: the paper experiments, else core.bench's table
+    "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
     "freq": "core.freq",
-    "train-eagle": "core.train_eagle",
-    "train-slim": "core.train_slim",
-    "bench-runtime": "core.runtime_bench",
-    "device-check": "core.device_check",
-    "export": "core.export",
+    "train-eagle": "core.train.eagle",
+    "train-slim": "core.train.slim",
+    "bench-runtime": "core.experiments.runtime_bench",
+    "device-check": "core.experiments.device_check",
+    "export": "core.experiments.export",
     "example": "core.example",
 }
 

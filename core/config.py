@@ -35,7 +35,7 @@ class SpecConfig:
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2
-    context: str = "on"  # on: merge continuations of the token history into the draft tree (core/context.py)
+    context: str = "on"  # on: merge continuations of the token history into the draft tree (core/spec/context.py)
     context_len: int = 8  # at most this many context nodes per step (all branches) on top of the model's tree
     max_new_tokens: int = 128
     temperature: float = 0.0

@@ -1,17 +1,17 @@
-"""The contracts between the engine's parts, as code: what core/engine.py and core/tree.py call on a target
+"""The contracts between the engine's parts, as code: what core/spec/engine.py and core/spec/tree.py call on a target
 Runner, a Drafter and a draft LM Head, and what core/pipeline.py reads from them.
 
 Implementations (tests/test_interfaces.py checks each satisfies its Protocol):
-    Runner  — EagerRunner (core/runner.py), FastRunner (core/runtime.py); `core.runtime.make_runner` picks one
-    Drafter — ModelDrafter (core/draft.py), EagleDrafter (core/eagle.py)
-    Head    — DraftHead (core/heads.py), built by `core.heads.build_head`
+    Runner  — EagerRunner (core/runtime/runner.py), FastRunner (core/runtime/fast.py); `core.runtime.fast.make_runner` picks one
+    Drafter — ModelDrafter (core/spec/draft.py), EagleDrafter (core/spec/eagle.py)
+    Head    — DraftHead (core/spec/heads.py), built by `core.spec.heads.build_head`
 Shapes: n new entries, k tree nodes, V vocabulary, d model width, |I| active vocabulary.
 """
 from typing import Protocol, runtime_checkable
 
 import torch
 
-from core.stream import StreamEvent
+from core.spec.stream import StreamEvent
 
 
 @runtime_checkable
@@ -47,7 +47,7 @@ class Runner(Protocol):
 
 @runtime_checkable
 class DraftState(Protocol):
-    """What a drafter hands the draft LM head, one row per node (core.draft.DraftState is the dataclass)."""
+    """What a drafter hands the draft LM head, one row per node (core.spec.draft.DraftState is the dataclass)."""
     head_in: torch.Tensor             # [k, d] input of the draft LM head
     state: torch.Tensor | None        # [k, *] drafter-specific (EAGLE: the layer output f^), else None
 

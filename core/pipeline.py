@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 
 from core.config import SpecConfig
-from core.draft import ModelDrafter
-from core.engine import generate
+from core.spec.draft import ModelDrafter
+from core.spec.engine import generate
 from core.errors import SpecError
-from core.heads import build_head, svd_factors
+from core.spec.heads import build_head, svd_factors
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
-from core.runtime import make_runner
+from core.runtime.fast import make_runner
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _LOADED = {}
@@ -31,7 +31,7 @@ def inference_dtype(device=None, runtime="auto") -> torch.dtype:
         return torch.bfloat16
     if runtime == "eager":
         return torch.float32
-    from core.runtime import packed_ok
+    from core.runtime.fast import packed_ok
     return torch.bfloat16 if packed_ok() else torch.float32
 
 
@@ -58,10 +58,10 @@ def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto
         draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
     if draft == "self":
         return ModelDrafter(make_runner(model, tokenizer, runtime), "self"), "self"
-    if draft == "context":  # prompt lookup alone (core/context.py): no draft model, no draft head
+    if draft == "context":  # prompt lookup alone (core/spec/context.py): no draft model, no draft head
         return None, "context"
     if draft == "eagle":
-        from core.eagle import load_eagle_drafter
+        from core.spec.eagle import load_eagle_drafter
         # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
         return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)

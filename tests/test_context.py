@@ -1,4 +1,4 @@
-"""Context drafting (core/context.py) merged into the draft tree: suffix matches, the merged tree's mask,
+"""Context drafting (core/spec/context.py) merged into the draft tree: suffix matches, the merged tree's mask,
 greedy losslessness with context on, and the target distribution under sampling (χ²)."""
 import random
 
@@ -7,13 +7,13 @@ import torch
 
 from conftest import peaky_tiny
 from core.config import SpecConfig
-from core.context import Branch, ContextDrafter
-from core.draft import ModelDrafter
-from core.engine import generate
-from core.heads import build_head
-from core.runner import EagerRunner
+from core.spec.context import Branch, ContextDrafter
+from core.spec.draft import ModelDrafter
+from core.spec.engine import generate
+from core.spec.heads import build_head
+from core.runtime.runner import EagerRunner
 from core.stats import compare_to_ar, summarize
-from core.tree import Tree, merge_context, verify_inputs
+from core.spec.tree import Tree, merge_context, verify_inputs
 from test_sampling import DRAFT, TARGET, BigramRunner, chi2_pvalue, exact_joint
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -172,14 +172,14 @@ def test_default_model_greedy_with_context_equals_plain_greedy(default_pipeline,
 
 
 def test_bench_results_written_before_context_drafting_count_as_context_off():
-    from core.bench import _with_defaults
+    from core.experiments.bench import _with_defaults
     old = SpecConfig().to_dict()
     del old["context"], old["context_len"]
     assert _with_defaults({"configs": {"nanospec": old}})["configs"]["nanospec"]["context"] == "off"
 
 
 def _switch_after_warmup(model_ms: float, model_tokens_per_step: float):
-    from core.context import ModelSwitch
+    from core.spec.context import ModelSwitch
     sw = ModelSwitch()
     for drafted in (True,) * sw.WARM + (False,) * sw.WARM:
         sw.observe(drafted, model_ms if drafted else 10.0, model_tokens_per_step if drafted else 0)

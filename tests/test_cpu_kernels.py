@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import runtime as rt
+from core.runtime import fast as rt
 from core.kernels import cpu_layer
 
 pytestmark = pytest.mark.skipif(cpu_layer.lib() is None, reason=f"fused CPU kernels unavailable: {cpu_layer.why_not()}")

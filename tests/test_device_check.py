@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from core import chunks
-from core.device_check import GOAL_COLS, KERNEL_COLS, LOSSLESS_COLS, STEPS, main
-from core.device_train import TAU_COLS
+from core.experiments import chunks
+from core.experiments.device_check import GOAL_COLS, KERNEL_COLS, LOSSLESS_COLS, STEPS, main
+from core.train.device import TAU_COLS
 from core.errors import SpecError
-from core.paper import SPEED_COLS
+from core.experiments.paper import SPEED_COLS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file
 
 from core.cli import dispatch
-from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_official, save_official
+from core.spec.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_official, save_official
 from core.errors import SpecError
-from core.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
+from core.experiments.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
                          token_map, write_map)
 from core.tiny import tiny_model
 from core.prompts import Prompt
@@ -170,7 +170,7 @@ def test_official_layout_names_the_architecture_sglang_selects_when_asked(tmp_pa
 
 
 def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp_path):
-    from core.export import calibration_prompts
+    from core.experiments.export import calibration_prompts
     rows = [{"source": "x", "category": "qa", "prompt": f"q{i}" + ("!" * 50 * (i == 3)), "response": "a"} for i in range(8)]
     path = tmp_path / "instructions_qa.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -179,7 +179,7 @@ def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp
 
 
 def test_nanospec_ranking_mixes_needed_tokens_and_corpus_half_and_half_then_candidates():
-    from core.export import source_keys
+    from core.experiments.export import source_keys
     runs = [[step([3, 3, 3, 4], [True] * 4, [["verify", [2]]])]]
     corpus = torch.tensor([0, 10, 0, 0, 0, 90])  # p: id 1 0.1, id 5 0.9; needed p: id 3 0.75, id 4 0.25
     assert ranking(source_keys("nanospec", corpus, runs, 6), 6).tolist() == [5, 3, 4, 1, 2, 0]

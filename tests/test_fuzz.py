@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from core.config import (BACKENDS, MAX_NEW_TOKENS, MAX_TREE, MAX_W_MAX, METHODS, SHAPES, WINDOWS,
                          SpecConfig)
-from core.draft import ModelDrafter
-from core.engine import generate
+from core.spec.draft import ModelDrafter
+from core.spec.engine import generate
 from core.errors import SpecError
 from core.freq import frspec_ids
-from core.heads import build_head
+from core.spec.heads import build_head
 from core.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
-from core.runner import EagerRunner
+from core.runtime.runner import EagerRunner
 from core.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")

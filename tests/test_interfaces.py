@@ -9,11 +9,11 @@ import torch
 from conftest import peaky_tiny
 from core import interfaces
 from core.config import SpecConfig
-from core.draft import DraftState, ModelDrafter
-from core.eagle import EagleDrafter, EagleHead
-from core.heads import build_head
-from core.runner import EagerRunner
-from core.runtime import FastRunner
+from core.spec.draft import DraftState, ModelDrafter
+from core.spec.eagle import EagleDrafter, EagleHead
+from core.spec.heads import build_head
+from core.runtime.runner import EagerRunner
+from core.runtime.fast import FastRunner
 
 METHODS = ("full", "frspec", "nanospec", "slimspec", "nanoslim")
 

@@ -5,11 +5,11 @@ import pytest
 
 from imports import cycles, external_imports, graph, modules_under, project_imports
 
-CORE = modules_under("core") + modules_under("core.kernels")
-# experiments and entry points: `python -m core ...` subcommands and what only they use
-ENTRIES = {"core.__main__", "core.cli", "core.bench", "core.paper", "core.runtime_bench", "core.train_eagle",
-           "core.train_slim", "core.train_loop", "core.kernels.bench", "core.device_check", "core.device_train",
-           "core.device_tiny", "core.export", "core.example", "core.bench_pair", "core.context_bench", "core.chunks"}
+PACKAGES = ("core", "core.spec", "core.runtime", "core.kernels", "core.experiments", "core.train")
+CORE = [m for p in PACKAGES for m in modules_under(p)]
+# experiments, training and entry points: `python -m core ...` subcommands and what only they use
+ENTRIES = {"core.__main__", "core.cli", "core.kernels.bench"} | {
+    m for m in CORE if m.startswith(("core.experiments.", "core.train."))}
 UI = modules_under("ui")  # the app's handlers; app.py is the layout on top of them
 
 

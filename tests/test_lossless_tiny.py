@@ -4,10 +4,10 @@ import torch
 
 from conftest import peaky_tiny
 from core.config import SpecConfig
-from core.draft import ModelDrafter
-from core.engine import generate
-from core.heads import build_head
-from core.runner import EagerRunner
+from core.spec.draft import ModelDrafter
+from core.spec.engine import generate
+from core.spec.heads import build_head
+from core.runtime.runner import EagerRunner
 from core.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")

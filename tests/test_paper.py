@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from conftest import peaky_tiny
-from core import bench, paper
-from core.draft import ModelDrafter
+from core.experiments import bench, paper
+from core.spec.draft import ModelDrafter
 from core.pipeline import Pipeline
-from core.runtime import make_runner
+from core.runtime.fast import make_runner
 from core.tiny import tiny_tokenizer
 from viz import paper as vp
 

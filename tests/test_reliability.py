@@ -132,7 +132,7 @@ def _only_local_wheels(package, version, label=""):
 
 
 def test_a_bench_table_write_that_fails_keeps_the_previous_table(tmp_path, monkeypatch):
-    from core import bench
+    from core.experiments import bench
     path = tmp_path / "summary.csv"
     bench.write_csv(path, ["a"], [{"a": 1}])
 
@@ -145,7 +145,7 @@ def test_a_bench_table_write_that_fails_keeps_the_previous_table(tmp_path, monke
 
 
 def test_a_bench_config_torn_by_an_interruption_is_rewritten_whole(tmp_path):
-    from core import bench
+    from core.experiments import bench
     (tmp_path / "config.json").write_text('{"model": "smollm2-135m-instr')  # what a kill mid-write leaves
     settings = {"model": "smollm2-135m-instruct"}
     assert bench.open_out(tmp_path, settings) == {}
@@ -154,7 +154,7 @@ def test_a_bench_config_torn_by_an_interruption_is_rewritten_whole(tmp_path):
 
 def test_results_written_before_a_new_engine_option_existed_still_resume(tmp_path):
     import json
-    from core import bench
+    from core.experiments import bench
     from core.config import SpecConfig
     old = SpecConfig().to_dict()
     old.pop("slim_init")  # an option added later

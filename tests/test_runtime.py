@@ -1,11 +1,11 @@
-"""FastRunner (core/runtime.py) against the transformers model itself: prefill, tree verify, commit, greedy."""
+"""FastRunner (core/runtime/fast.py) against the transformers model itself: prefill, tree verify, commit, greedy."""
 import pytest
 import torch
 
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir
 from core.tiny import tiny_model
-from core.runtime import FastConfig, FastRunner, make_runner, packed_ok
+from core.runtime.fast import FastConfig, FastRunner, make_runner, packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 ATOL = 1e-4
@@ -88,7 +88,7 @@ def path(parents, i) -> list:
                                          ("gemma3", "eager"), ("mistral", "eager")])
 def test_prefill_tree_commit_match_transformers(kind, layout):
     """Both runners; gemma3's and mistral's 12-token prompts outgrow their 4-token sliding windows."""
-    from core.runner import EagerRunner
+    from core.runtime.runner import EagerRunner
     model = tiny_variant(kind)
     runner = (EagerRunner(model) if layout == "eager"
               else FastRunner(model, None, FastConfig(max_len=16, layout=layout)))  # small: the tree step regrows
@@ -265,7 +265,7 @@ def test_packed_bf16_rows_do_not_depend_on_the_pass_size(n):
 def test_packed_bf16_products_give_each_row_the_same_bits_whatever_the_row_count(out, k):
     """Real models' shapes (SmolLM2's and Qwen2.5's down projections): oneDNN may choose its kernel, and so
     its summation order, by the row count; mm pads short products so that it cannot."""
-    from core.runtime import forms, mm
+    from core.runtime.fast import forms, mm
     g = torch.Generator().manual_seed(k)
     w = forms(torch.randn(k, out, generator=g).bfloat16(), FastConfig(layout="packed"))
     x = torch.randn(33, k, generator=g)
@@ -297,7 +297,7 @@ def test_packed_bf16_tree_paths_equal_decoding_them_one_by_one():
 
 
 def test_bf16_without_packing_falls_back_to_the_plain_layouts(monkeypatch):
-    monkeypatch.setattr("core.runtime.packed_ok", lambda: False)
+    monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: False)
     model = tiny_variant("llama").to(torch.bfloat16)
     runner = make_runner(model, None, "auto", FastConfig(layout="auto"))
     assert runner.runtime_name == "fast" and runner.cfg.layout == "hybrid"
@@ -318,9 +318,9 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     bf16 packed: exactly (its rows do not depend on the pass size)."""
     from conftest import peaky_tiny
     from core.config import SpecConfig
-    from core.draft import ModelDrafter
-    from core.engine import generate
-    from core.heads import build_head
+    from core.spec.draft import ModelDrafter
+    from core.spec.engine import generate
+    from core.spec.heads import build_head
     from core.stats import compare_to_ar
 
     model = peaky_tiny(0).to(dtype)
@@ -357,9 +357,9 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
     """A separate Qwen2 draft model on the fast runtime: speculative greedy = the target's own greedy (fp32: up
     to a near-tie; bf16 packed: exactly), and the draft is accepted often enough that multi-token steps run."""
     from core.config import SpecConfig
-    from core.draft import ModelDrafter
-    from core.engine import generate
-    from core.heads import build_head
+    from core.spec.draft import ModelDrafter
+    from core.spec.engine import generate
+    from core.spec.heads import build_head
     from core.stats import compare_to_ar
 
     target, draft = (m.to(dtype) for m in peaky_qwen2_pair())
@@ -377,7 +377,7 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
 
 def test_eagle_drafter_on_fast_runtime_matches_eager():
     """The EAGLE layer on the fast runtime (a 1-layer runner): prefill, extend, a two-level tree, rollback."""
-    from core.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+    from core.spec.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
     model = tiny_variant("llama", 3)
     head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
     with torch.no_grad():

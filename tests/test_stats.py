@@ -2,7 +2,9 @@
 (hand-made StepRecords and rows, no model)."""
 import pytest
 
-from core import bench, context_bench, stats
+from core.experiments import bench, context_bench
+
+from core import stats
 from core.trace import StepRecord
 
 

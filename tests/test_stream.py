@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from core.config import SpecConfig
-from core.heads import build_head
-from core.stream import CandidateStream
+from core.spec.heads import build_head
+from core.spec.stream import CandidateStream
 
 V = 200
 

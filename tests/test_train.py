@@ -1,4 +1,4 @@
-"""Training (train-eagle, train-slim and their shared skeleton core/train_loop.py) on tiny random models:
+"""Training (train-eagle, train-slim and their shared skeleton core/train/loop.py) on tiny random models:
 the losses fall, the schedule, the CLI from the config dataclasses, resumed runs equal uninterrupted ones,
 and the training card's tau is the engine's."""
 import random
@@ -6,12 +6,12 @@ import random
 import pytest
 import torch
 
-from core import train_eagle as te
-from core.eagle import EagleConfig, EagleHead, init_from_target
+from core.train import eagle as te
+from core.spec.eagle import EagleConfig, EagleHead, init_from_target
 from core.errors import SpecError
 from core.tiny import tiny_model, tiny_tokenizer
-from core.train_loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
-from core.train_slim import SlimConfig, train_factors
+from core.train.loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
+from core.train.slim import SlimConfig, train_factors
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
 

@@ -1,4 +1,4 @@
-"""Plotly figures for the paper experiments, from plain rows (lists of dicts) made by core/paper.py.
+"""Plotly figures for the paper experiments, from plain rows (lists of dicts) made by core/experiments/paper.py.
 
 No torch, no model code: every function takes the rows of one CSV and returns a go.Figure.
 """

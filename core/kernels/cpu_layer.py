@@ -1,6 +1,6 @@
 """The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
 cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
-(core/runtime.py: rms, rope, attention, layer_forward), which the tests compare them with.
+(core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with.
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.

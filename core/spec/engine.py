@@ -11,11 +11,11 @@ from contextlib import contextmanager
 
 import torch
 
-from core.context import ContextDrafter, ModelSwitch
-from core.draft import DraftState
+from core.spec.context import ContextDrafter, ModelSwitch
+from core.spec.draft import DraftState
 from core.stats import TIMERS, tie_tolerance
 from core.trace import StepRecord
-from core.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
+from core.spec.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
                        verify_inputs)
 
 

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
-from core.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
-from core.train_loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
+from core.spec.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
+from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
 @dataclass
@@ -521,9 +521,9 @@ def eval_prompts(cfg) -> tuple:
 def card_pipeline(model, tok, head, target_id):
     """A Pipeline drafting with `head` for the target `model` on the eager runner: the engine the card's tau
     comes from."""
-    from core.eagle import EagleDrafter
+    from core.spec.eagle import EagleDrafter
     from core.pipeline import Pipeline
-    from core.runtime import make_runner
+    from core.runtime.fast import make_runner
     target = make_runner(model, tok, "eager")
     return Pipeline(target_id, model, tok, target, EagleDrafter(head.eval(), target.head_weight), "eagle")
 
@@ -584,7 +584,7 @@ def write_card(cfg, card, acc, path=None):
 
 def tau_only(cfg) -> int:
     """Print the card's acceptance table (engine_tau) of the saved head in cfg.init."""
-    from core.eagle import load_head
+    from core.spec.eagle import load_head
     from core.errors import SpecError
     if not os.path.isfile(os.path.join(cfg.init, "eagle.safetensors")):
         raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {cfg.init!r}")

@@ -1,5 +1,5 @@
 """Context drafter: continuations of the token history (prompt + emitted), proposed as deterministic
-draft branches that the engine merges into the model's tree (core/tree.py `merge_context`).
+draft branches that the engine merges into the model's tree (core/spec/tree.py `merge_context`).
 
 Suffix match with adaptive n: the last n tokens of the history (n = max_n down to 1, longest first) are
 looked up in an incremental index {n-gram -> latest end positions}; what followed them is the proposal.

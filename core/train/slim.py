@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
-from core.heads import svd_factors
-from core.train_loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
+from core.spec.heads import svd_factors
+from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
 @dataclass
@@ -168,8 +168,8 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
 
 def load_inputs(a):
     """(W [V, d], h [N, d]): the target's LM head and the EAGLE head's outputs on a.tokens cached inputs."""
-    from core.eagle import load_head
-    from core.train_eagle import load_cache, load_target
+    from core.spec.eagle import load_head
+    from core.train.eagle import load_cache, load_target
     with open(os.path.join(a.head, "config.json")) as f:
         target_id = json.load(f)["eagle"]["target"]
     model, _ = load_target(target_id)

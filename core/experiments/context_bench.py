@@ -1,4 +1,4 @@
-"""python -m core.context_bench: context drafting side by side with plain decoding, NanoSpec without it, and
+"""python -m core.experiments.context_bench: context drafting side by side with plain decoding, NanoSpec without it, and
 transformers' prompt-lookup `generate`, on the same prompts in one process (contenders interleaved per prompt).
 
 Rows per category: tokens/s, ratio to AR, mean accepted length, accepted tokens per step by origin
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.bench import print_table, select_prompts, set_threads, write_csv
+from core.experiments.bench import print_table, select_prompts, set_threads, write_csv
 from core.cli import add_engine_args, config_from, torch_dtype
 from core import stats
 
@@ -22,7 +22,7 @@ COLS = ["category", "variant", "n_prompts", "new_tokens", "tokens_per_s", "speed
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="python -m core.context_bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m core.experiments.context_bench", description=__doc__.splitlines()[0])
     p.add_argument("--prompts", nargs="+", default=None)
     p.add_argument("--categories", default=None)
     p.add_argument("--limit", type=int, default=2, help="prompts per category")
@@ -42,7 +42,7 @@ def contenders(args) -> dict:
     """variant -> fn(prompt_ids) -> (records or None, new token ids, wall s)."""
     from core.models import DEFAULT_MODEL
     from core.pipeline import Pipeline
-    from core.runtime_bench import hf_generate
+    from core.experiments.runtime_bench import hf_generate
     model_id, dtype = args.model or DEFAULT_MODEL, torch_dtype(args.dtype)
     spec = Pipeline.load(model_id, draft=args.draft, runtime=args.runtime, dtype=dtype)
     ctx = Pipeline.load(model_id, draft="context", runtime=args.runtime, dtype=dtype)

@@ -1,8 +1,8 @@
 """device-check's train step: an EAGLE head trained at scale within a time budget, with the existing trainers.
 
-    self-distilled data  core.train_eagle.build_cache (batched greedy generation, features from the same passes)
-    the head             core.train_eagle.train (on ck.device; from the shipped head when there is one)
-    SlimSpec factors     core.train_slim.train_factors on the new head's LM-head inputs
+    self-distilled data  core.train.eagle.build_cache (batched greedy generation, features from the same passes)
+    the head             core.train.eagle.train (on ck.device; from the shipped head when there is one)
+    SlimSpec factors     core.train.slim.train_factors on the new head's LM-head inputs
     tau                  the engine (Pipeline.run) on the shipped prompts: new head vs shipped head, default tree + chain
 The budget splits: data 40 %, head 35 %, factors 10 %, tau the rest. Everything lands in DIR/train (head,
 config.json, training_card.md, slim_r{r}.safetensors: fp16, assets/heads/-ready) plus DIR/tau.csv, DIR/train.json;
@@ -44,7 +44,7 @@ def distill_pairs(ck) -> tuple:
 
 
 def train_config(ck, n_prompts: int, budget: float, init: str):
-    from core.train_eagle import TrainConfig
+    from core.train.eagle import TrainConfig
     common = dict(target=ck.model_id, out=str(ck.work / "train"), device=ck.device, self_distill=n_prompts,
                   gen_minutes=0.4 * budget / 60, minutes=0.35 * budget / 60, eval_prompts=0, holdout=0,
                   ckpt_min=1e9, init=init, prompt_w=0.1, data="device-check prompts")
@@ -62,7 +62,7 @@ def shipped_head(ck) -> Path | None:
 
 def train_head(ck, budget: float) -> tuple:
     """(cfg, fp32 target model, tokenizer, {tokens, seqs, source}) after data generation and training."""
-    from core.train_eagle import build_cache, load_cache, load_target, train
+    from core.train.eagle import build_cache, load_cache, load_target, train
     pairs, source = distill_pairs(ck)
     init = shipped_head(ck)
     cfg = train_config(ck, len(pairs), budget, str(init) if init else "")
@@ -81,9 +81,9 @@ def train_head(ck, budget: float) -> tuple:
 
 def train_slim(ck, cfg, model, budget: float) -> dict:
     """SlimSpec factors for the new head (rank d/8) from its LM-head inputs on the cached data."""
-    from core import train_slim as ts
-    from core.eagle import load_head
-    from core.train_eagle import load_cache
+    from core.train import slim as ts
+    from core.spec.eagle import load_head
+    from core.train.eagle import load_cache
     head = load_head(cfg.out, model).to(model.device)
     ids, feats = load_cache(cfg.out)
     W = model.get_output_embeddings().weight.detach().float()
@@ -117,7 +117,7 @@ def shipped_factors(ck, r: int):
 
 def with_head(pipe, path: Path, slim=None):
     """A copy of `pipe` drafting with the EAGLE head at `path` (and its trained SlimSpec factors)."""
-    from core.eagle import load_eagle_drafter
+    from core.spec.eagle import load_eagle_drafter
     p = copy.copy(pipe)
     p.drafter = load_eagle_drafter(pipe.target, path, "eager")
     p.draft_name, p._slim, p.lock = "eagle", {}, threading.Lock()
@@ -162,7 +162,7 @@ def publish_head(work, out: Path) -> Path:
 
 def train_step(ck, load_pipe, write_json) -> str:
     """device-check's train step; load_pipe(ck, model, draft) and write_json(ck, name, data) come from
-    core.device_check (passed in: this module sits below it)."""
+    core.experiments.device_check (passed in: this module sits below it)."""
     budget = ck.left()
     cfg, model, tok, data = train_head(ck, budget)
     slim = train_slim(ck, cfg, model, budget)

@@ -1,5 +1,5 @@
 """Model drafters: the target drafting for itself ("self", a vocabulary oracle) or a separate model
-sharing its tokenizer. Both run a Runner with their own KV cache; EAGLE lives in core/eagle.py."""
+sharing its tokenizer. Both run a Runner with their own KV cache; EAGLE lives in core/spec/eagle.py."""
 from dataclasses import dataclass
 
 import torch

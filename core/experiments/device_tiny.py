@@ -44,7 +44,7 @@ def save_tiny(out: Path, seed: int = 0, scale: float = 8.0) -> Path:
 def chunk_round_trip(model_dir: Path, work: Path, part_bytes: int = 64 << 10) -> dict:
     """The weights path of a real run on `model_dir`: split into parts, receive them one call at a time
     (each call's src holds the manifest and one part), install under work/cache, reload and compare."""
-    from core import chunks
+    from core.experiments import chunks
     from core.models import load_model
     files = [(f, f"models/tiny/{f.name}") for f in sorted(Path(model_dir).iterdir()) if f.is_file()]
     manifest = chunks.split(files, work / "parts", part_bytes)

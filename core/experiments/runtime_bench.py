@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.runtime import FastConfig, FastRunner
-from core.runner import EagerRunner
+from core.runtime.fast import FastConfig, FastRunner
+from core.runtime.runner import EagerRunner
 
 PROMPTS = (
     "Write a Python function that returns the n-th Fibonacci number, with a docstring.",

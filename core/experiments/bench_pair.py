@@ -1,4 +1,4 @@
-"""python -m core.bench_pair: a target + draft model pair side by side in one process, interleaved per prompt:
+"""python -m core.experiments.bench_pair: a target + draft model pair side by side in one process, interleaved per prompt:
 our AR, transformers' `generate` and assisted generation (the same pair), and our draft methods / shapes.
 
 Prints one row per variant (tok/s ratio to our AR, τ, coverage, mean |I_t|, identical to our AR) and writes
@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from core.bench import run_row
+from core.experiments.bench import run_row
 from core.config import SpecConfig
 from core.stats import aggregate, tokens_of, tps_ratio
 
@@ -24,7 +24,7 @@ VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="python -m core.bench_pair")
+    p = argparse.ArgumentParser(prog="python -m core.experiments.bench_pair")
     p.add_argument("--model", required=True)
     p.add_argument("--draft", required=True)
     p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=", ".join(VARIANTS))
@@ -76,7 +76,7 @@ def table(rows: list, names: list) -> list:
 
 
 def main(argv=None) -> int:
-    from core.bench import select_prompts
+    from core.experiments.bench import select_prompts
     from core.pipeline import Pipeline
 
     args = parse(argv)

@@ -3,7 +3,7 @@
 Writes DIR/runs.jsonl (one line per finished prompt × method; rerunning skips them), DIR/steps.csv
 and DIR/summary.csv (per category × method, plus `all`). Speedups are ratios to the plain AR run
 of the same prompts on the same runtime in the same process. With `--figures DIR` the subcommand runs the
-paper experiments instead: its entry point is core/paper.py's main, which builds on this module.
+paper experiments instead: its entry point is core/experiments/paper.py's main, which builds on this module.
 """
 import argparse
 import csv
@@ -209,7 +209,7 @@ def _read_steps(path: Path) -> list:
 
 
 def main(argv=None) -> int:
-    """The bench table (core/paper.py's main routes `--figures` to the paper experiments first)."""
+    """The bench table (core/experiments/paper.py's main routes `--figures` to the paper experiments first)."""
     args = parse(argv)
     summary = run_bench(args)
     print_table(summary)

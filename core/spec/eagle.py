@@ -2,7 +2,7 @@
 
 EagleHead (EAGLE-1/2 layout): fc Linear(2d -> d, bias) over [f_j ; e(x_{j+1})] -> one LlamaDecoderLayer
 (rotary of the target) -> the target's final RMSNorm (frozen, `final_norm`) -> h, the input of a draft LM head
-(the target's W or any head of core/heads.py). The layer output itself (`state`) is the predicted target
+(the target's W or any head of core/spec/heads.py). The layer output itself (`state`) is the predicted target
 feature f^_{j+1}, fed back as the feature of the children when drafting deeper.
 
 Features are the target's last decoder layer output BEFORE the final norm (Runner.forward's 2nd output).
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from core.atomic import write_atomic
-from core.draft import DraftState
+from core.spec.draft import DraftState
 from transformers.models.llama.modeling_llama import (LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding,
                                                       apply_rotary_pos_emb)
 
@@ -350,7 +350,7 @@ class EagleDrafter:
     name = "eagle"
 
     def __init__(self, head, head_weight, runtime="eager"):
-        from core.runtime import make_runner
+        from core.runtime.fast import make_runner
         self.head = head.eval()
         self.head_weight = head_weight     # the target's LM head W [V, d]: the default draft LM head
         self.d = head.d

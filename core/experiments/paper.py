@@ -1,6 +1,6 @@
 """The experiments behind the paper figures (NanoSpec, FR-Spec, SlimSpec) for one model and draft.
 
-One grid of runs (prompt × variant). Each run is a bench row (core/bench.py: run_row) appended to
+One grid of runs (prompt × variant). Each run is a bench row (core/experiments/bench.py: run_row) appended to
 DIR/runs.jsonl, so a rerun skips finished runs. Rows reduce to plain tables (lists of dicts), written
 as CSV, drawn by viz/paper.py (HTML, PNG where kaleido renders) and quoted in DIR/report.md.
 
@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from core import bench
+from core.experiments import bench
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
 from core.stats import DRAFT_TIMERS, SOURCES, aggregate, by_category
@@ -619,7 +619,7 @@ def p_nu_rho(rows, kappa) -> str:
 
 
 def main(argv=None) -> int:
-    """python -m core bench: the paper experiments with --figures DIR, else the bench table (core/bench.py)."""
+    """python -m core bench: the paper experiments with --figures DIR, else the bench table (core/experiments/bench.py)."""
     args = bench.parse(argv)
     if not args.figures:
         return bench.main(argv)

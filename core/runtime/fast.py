@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from core.runner import EagerRunner, window_of
+from core.runtime.runner import EagerRunner, window_of
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # static tables; dynamic/longrope depend on length

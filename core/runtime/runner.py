@@ -1,6 +1,6 @@
 """EagerRunner: a transformers causal LM with a KV cache split into committed and pending entries.
 
-The reference execution path (the fast runtime in core/runtime.py implements the same interface).
+The reference execution path (the fast runtime in core/runtime/fast.py implements the same interface).
 Pending entries are speculative (draft tree nodes, verify positions); `commit(keep)` keeps the
 accepted ones in place and drops the rest.
 """

@@ -1,7 +1,7 @@
 """Model weights in sha256-checked chunks, for a machine that receives only the working tree (<= 64 MiB a call).
 
-    python -m core.chunks split [--model ALIAS | --files F ...] [--out runs/chunks] [--mib N] [--prompts JSONL ...]
-    python -m core.chunks receive [--src runs/chunks] [--store runs/weights]       # once per call, on the device
+    python -m core.experiments.chunks split [--model ALIAS | --files F ...] [--out runs/chunks] [--mib N] [--prompts JSONL ...]
+    python -m core.experiments.chunks receive [--src runs/chunks] [--store runs/weights]       # once per call, on the device
 
 split: the payload files (an offline alias: its GGUF as cached under cache_root()/gguf; or any files, each
 with the path it installs to under cache_root()) are concatenated, zlib-compressed (level 1: the GGUF's 4-bit
@@ -109,7 +109,7 @@ def _write_part(out: Path, parts: list, data: bytes) -> None:
 def read_manifest(path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"no manifest at {path}: carry the manifest.json written by `python -m core.chunks split`")
+        raise SpecError(f"no manifest at {path}: carry the manifest.json written by `python -m core.experiments.chunks split`")
     return json.loads(path.read_text())
 
 
@@ -212,7 +212,7 @@ def install_wheel(src) -> str:
 
 def write_prompts(files, out, n: int) -> int:
     """distill_prompts.jsonl.gz: the first n prompts (texts only) of JSONL files with prompt/question fields."""
-    from core.train_eagle import read_pairs
+    from core.train.eagle import read_pairs
     prompts = [p for p, _ in read_pairs(files)][:n]
     data = "".join(json.dumps({"prompt": p}) + "\n" for p in prompts).encode()
     write_atomic(Path(out) / "distill_prompts.jsonl.gz", gzip.compress(data, 9))
@@ -236,7 +236,7 @@ def plan_text(manifest: dict, tree: int, extras=()) -> str:
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="python -m core.chunks", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m core.experiments.chunks", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("split", help="cut the weights into sha256-checked parts")
     s.add_argument("--model", default=None, help="offline alias (default: smollm2-135m-instruct)")

@@ -63,7 +63,7 @@ class Check:
 
     @property
     def tiny_dir(self) -> Path:
-        from core.device_tiny import save_tiny
+        from core.experiments.device_tiny import save_tiny
         return save_tiny(self.out / "tiny_model")
 
     def prompts(self, n=None) -> list:
@@ -269,7 +269,7 @@ def run_lossless(ck: Check, pipe, csv_name: str, prompts) -> dict:
 
 
 def step_lossless_tiny(ck: Check) -> str:
-    from core.device_tiny import save_tiny
+    from core.experiments.device_tiny import save_tiny
     pipe = load_pipe(ck, str(save_tiny(ck.out / "tiny_model")), "self")
     res = run_lossless(ck, pipe, "lossless_tiny.csv", ck.prompts(2 if ck.tiny else 8))
     return f"{res['identical']}/{res['runs']} identical to AR over {res['prompts']} prompts"
@@ -285,7 +285,7 @@ def step_lossless(ck: Check) -> str:
 
 def step_weights(ck: Check) -> str:
     if ck.tiny:
-        from core.device_tiny import chunk_round_trip
+        from core.experiments.device_tiny import chunk_round_trip
         res = chunk_round_trip(ck.tiny_dir, ck.out / "weights_chunks")
         write_json(ck, "weights.json", res)
         if not res["weights_equal"]:
@@ -318,7 +318,7 @@ def paper_settings(ck: Check) -> dict:
 
 
 def step_paper(ck: Check) -> str:
-    from core import paper
+    from core.experiments import paper
     from core.cli import torch_dtype
     from core.pipeline import _LOADED
     settings = paper_settings(ck)
@@ -333,7 +333,7 @@ def step_paper(ck: Check) -> str:
 
 
 def step_train(ck: Check) -> str:
-    from core.device_train import train_step
+    from core.train.device import train_step
     return train_step(ck, load_pipe, write_json)
 
 

@@ -14,7 +14,7 @@ import torch
 from core import kernels
 from core.errors import SpecError
 from core.stats import SOURCES
-from core.stream import CandidateStream, StreamEvent
+from core.spec.stream import CandidateStream, StreamEvent
 
 
 class DraftHead:

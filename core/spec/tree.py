@@ -3,14 +3,14 @@
 Greedy verification emits exactly the target's greedy tokens. Sampling uses recursive rejection
 sampling over children drawn *without replacement* from the draft's pruned distribution q (zero
 outside I_t), which keeps the target distribution for chains and trees alike. Context branches
-(core/context.py) merge into the same tree; their nodes are deterministic proposals (q = δ_x).
+(core/spec/context.py) merge into the same tree; their nodes are deterministic proposals (q = δ_x).
 """
 from dataclasses import dataclass, field
 
 import torch
 
 from core import kernels
-from core.draft import DraftState
+from core.spec.draft import DraftState
 
 
 @dataclass
@@ -134,7 +134,7 @@ def _prune(t: Tree, size: int, fixed=()) -> Tree:
 
 
 def merge_context(t: Tree, branches, size: int, extra: int, sampling: bool) -> Tree:
-    """Merge context branches (core/context.py Branch: tokens, logp) into the model tree `t` (greedy: not yet
+    """Merge context branches (core/spec/context.py Branch: tokens, logp) into the model tree `t` (greedy: not yet
     pruned) and keep `size` + min(new context nodes, `extra`) nodes by one rule, cumulative log-prob. A branch follows
     the tree while its tokens are already children (shared prefix: the node's score becomes the better of
     the two), then hangs new "context" nodes. Sampling keeps every model node (a prune that looks at drawn
