@@ -68,13 +68,13 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
     if drafter is not None and spec:
         with timer("draft_backbone"):
             feed = DraftFeed(drafter, drafter.prefill(prompt, root, feats), lazy=ctx is not None)
-    left = cfg.max_new_tokens
+    budget = cfg.max_new_tokens
     root_pos = prompt.numel()
-    _emit(rec, [root], [None], [True], fr_rank, decode, eos_ids, left)
+    _emit(rec, [root], [None], [True], fr_rank, decode, eos_ids, budget)
     rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
-    left -= len(rec.emitted)
+    budget -= len(rec.emitted)
     step = 0
-    while not _is_last(rec, left, should_stop):
+    while not _is_last(rec, budget, should_stop):
         yield rec
         step += 1
         t0 = time.perf_counter()
@@ -84,9 +84,9 @@ def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, d
         else:
             rec, root, n_keep = _spec_step(target, feed, head, ctx, root, root_pos, cfg, gen, timer, step)
             root_pos += n_keep
-        _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, left)
+        _emit(rec, rec.emitted, rec.emitted_draft_p, rec.emitted_in_vocab, fr_rank, decode, eos_ids, budget)
         rec.timing_ms = timer.take((time.perf_counter() - t0) * 1000)
-        left -= len(rec.emitted)
+        budget -= len(rec.emitted)
     yield rec
 
 
@@ -100,10 +100,10 @@ def _context_drafter(cfg, drafter, history):
     return ctx
 
 
-def _is_last(rec, left, should_stop) -> bool:
+def _is_last(rec, budget, should_stop) -> bool:
     """True when `rec` is the run's last record; a stop request (truthy; a string says why:
     "stopped", "time limit", ...) is marked on it before it is yielded."""
-    if left <= 0 or rec.finished:
+    if budget <= 0 or rec.finished:
         return True
     reason = should_stop()
     if reason:
@@ -214,9 +214,9 @@ def _pick(logits_row, cfg, gen) -> int:
     return int(torch.multinomial(target_probs(logits_row, cfg.temperature, cfg.top_p).cpu(), 1, generator=gen))  # gen: CPU
 
 
-def _emit(rec, tokens, draft_p, in_vocab, fr_rank, decode, eos_ids, left):
+def _emit(rec, tokens, draft_p, in_vocab, fr_rank, decode, eos_ids, budget):
     """Cut at EOS and at the token budget; fill the per-token fields."""
-    tokens = list(tokens)[:left]
+    tokens = list(tokens)[:budget]
     for i, t in enumerate(tokens):
         if t in eos_ids:
             tokens = tokens[: i + 1]
