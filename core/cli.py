@@ -11,7 +11,7 @@ from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
-SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")  # per-model defaults: Alias.draft_shape
+DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver")  # per-model defaults: Alias.draft_defaults
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
     "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
@@ -35,11 +35,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
     p.add_argument("--shape", default=None, choices=SHAPES,
-                   help=f"default: the model's measured shape (core.models.Alias.draft_shape), else {d.shape}")
+                   help=f"default: the model's measured shape (core.models.Alias.draft_defaults), else {d.shape}")
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
     for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma", "seed"):
-        shaped = name in SHAPE_KEYS  # None: the model's measured shape, else the SpecConfig default
+        shaped = name in DRAFT_KEYS  # None: the model's measured shape, else the SpecConfig default
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None if shaped else getattr(d, name))
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--temperature", type=float, default=d.temperature)
@@ -55,12 +55,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def config_from(args, method: str) -> SpecConfig:
     """The engine options of `args`; draft-shape options not given come from the model's measured shape."""
-    from core.models import draft_shape
+    from core.models import draft_defaults
     keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "gamma",
             "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init", "context", "context_len")
     opts = {k: getattr(args, k) for k in keys}
-    shape = draft_shape(getattr(args, "model", None))
-    opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in SHAPE_KEYS if opts[k] is None}
+    shape = draft_defaults(getattr(args, "model", None))
+    opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in DRAFT_KEYS if opts[k] is None}
     return SpecConfig(method=method, **opts).validate()
 
 

@@ -31,7 +31,7 @@ class SpecConfig:
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
-    depth: int = 3  # draft shape; a model with a measured shape gets its own (core.models.Alias.draft_shape)
+    depth: int = 3  # draft shape; a model with a measured shape gets its own (core.models.Alias.draft_defaults)
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2

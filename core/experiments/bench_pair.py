@@ -13,14 +13,16 @@ import torch
 
 from core.experiments.bench import run_row
 from core.config import SpecConfig
+from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# name -> (method, shape options); "hf" / "hf-assisted" run transformers
+# name -> (method, options over the target's measured draft defaults); "hf" / "hf-assisted" run transformers
 VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {}),
             **{m: (m, {}) for m in ("full", "frspec", "nanospec", "slimspec", "nanoslim")},
             **{f"{m}-chain{g}": (m, {"shape": "chain", "gamma": g}) for m in ("full", "nanospec") for g in (2, 3, 4, 5)},
             **{f"nanospec-tree{d}x{k}x{n}": ("nanospec", {"depth": d, "top_k": k, "tree_size": n})
-               for d, k, n in ((4, 2, 8), (5, 2, 10), (4, 3, 10))}}
+               for d, k, n in ((4, 2, 8), (5, 2, 10), (4, 3, 10))},
+            **{f"{m}-noctx": (m, {"context": "off"}) for m in ("full", "nanospec")}}
 
 
 def parse(argv):
@@ -55,7 +57,8 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
         toks, wall = hf_run(pipe, ids, n, assistant)
         same = ar is not None and toks == tokens_of(ar)
         return {"variant": name, "new_tokens": len(toks), "wall_s": wall, "identical": same}, None
-    cfg = SpecConfig(method=method, max_new_tokens=n, **opts).validate()
+    base = draft_defaults(pipe.model_id) if method != "ar" else {}
+    cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
     return {**row, "variant": name, "trace": None}, records
 
