@@ -20,7 +20,7 @@ from ui.compare_tab import compare_ui
 from ui.models import hub_reachable, model_choices, preload_default_model
 from ui.paper_tab import paper_ui
 from ui.run_tab import initial_trace, play, replay, replay_shift, run_ui, show_example, speed_to_interval, tick
-from ui.runs import UI_MAX_NEW_TOKENS, request_stop, summary_for, write_downloads
+from ui.runs import SLIDERS, UI_MAX_NEW_TOKENS, request_stop, settings_for, summary_for, write_downloads
 from viz.learn import learn_figure, learn_markdown
 from viz.notes import source_note, status_note
 from viz.panels import PANELS, render_panels
@@ -239,6 +239,7 @@ def _wire(demo, ui, cmp, pap, trace_state) -> None:
         btn.click(request_stop, None, None, queue=False, **PRIVATE)
     _wire_replay(run)
     _on(ui["model"].change, show_example, [ui["model"], trace_state], run, RUN_OUT, **PRIVATE)
+    _on(ui["model"].change, settings_for, [ui["model"]], ui, SLIDERS, **PRIVATE)  # the model's measured defaults
     ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
     demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)

@@ -7,6 +7,7 @@ import pytest
 
 import app
 from conftest import served_app
+from core.config import SpecConfig
 from core.models import DEFAULT_MODEL
 from ui import compare_tab, models, paper_tab, run_tab, runs
 from ui.runs import default_settings, make_config
@@ -310,3 +311,19 @@ def test_switching_the_model_pair_shows_that_pairs_example_but_keeps_a_visitors_
     assert got["trace"]["meta"]["draft"] == "self" and "tok" in got["text"]
     own = {"meta": {"method": "nanospec"}, "records": []}
     assert run_tab.show_example(f"{DEFAULT_MODEL}|self", own) == {}  # every output keeps the visitor's run
+
+
+def test_picking_the_qwen_pair_sets_the_sliders_to_its_measured_draft_defaults():
+    from core.models import draft_defaults
+    from ui.runs import settings_for
+    pair = settings_for("qwen2.5-coder-1.5b-instruct|qwen2.5-coder-0.5b-instruct")
+    assert (pair["k_pre"], pair["k_ver"]) == (draft_defaults("qwen2.5-coder-1.5b-instruct")["k_pre"],
+                                              draft_defaults("qwen2.5-coder-1.5b-instruct")["k_ver"])
+    assert settings_for(f"{DEFAULT_MODEL}|auto")["k_pre"] == SpecConfig().k_pre
+
+
+def test_the_app_drafts_a_model_in_its_measured_shape():
+    cfg = make_config("nanospec", *default_settings("qwen2.5-coder-1.5b-instruct"), 16, 0.0,
+                      model_id="qwen2.5-coder-1.5b-instruct")
+    assert (cfg.shape, cfg.gamma) == ("chain", 2)
+    assert make_config("nanospec", *default_settings(), 16, 0.0, model_id=DEFAULT_MODEL).shape == SpecConfig().shape

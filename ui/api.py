@@ -16,7 +16,8 @@ def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) ->
     try:
         prompt = check_prompt(prompt)
         pipe = load_pipeline(DEFAULT_KEY)
-        cfg = make_config(method, *default_settings(), n, 0.0, vocab_size=getattr(pipe, "vocab_size", None))
+        cfg = make_config(method, *default_settings(getattr(pipe, "model_id", None)), n, 0.0, vocab_size=getattr(pipe, "vocab_size", None),
+                          model_id=getattr(pipe, "model_id", None))
         trace = run_to_end(pipe, prompt, cfg, max_seconds=RUN_MAX_SECONDS)
     except Exception as e:  # the traceback goes to the server log, the user gets one line
         raise gr.Error(error_message(e)) from None

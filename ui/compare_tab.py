@@ -36,7 +36,7 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
             break
         yield {"table": status_note(f"running {method} ({i + 1}/{len(ordered)})…")}
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
-            cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None))
+            cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
             runs[method] = run_to_end(pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
         except SpecError as e:
             errors[method] = str(e)

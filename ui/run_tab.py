@@ -38,7 +38,7 @@ def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth,
             yield {"note": status_note("Starting (the first run also loads the model)…")}
             pipe = load_pipeline(model_key)
             cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-                              temperature, vocab_size=getattr(pipe, "vocab_size", None))
+                              temperature, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
             yield from _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start)
         except Exception as e:  # keep serving: one line on screen, the traceback in the server log
             yield {"note": shown_error(e)}

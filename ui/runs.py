@@ -11,6 +11,7 @@ import gradio as gr
 
 from core.config import SpecConfig
 from core.errors import SpecError
+from core.models import draft_defaults
 from core.example import baseline_of, lossless_verdict, run_to_end
 from viz import plots
 from viz.notes import error_note, trace_notes
@@ -19,6 +20,7 @@ from viz.summary import summary_cards
 from viz.tracefile import save_trace
 
 UI_MAX_NEW_TOKENS = 512
+SLIDERS = ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size")  # default_settings order
 RUN_MAX_SECONDS = float(os.environ.get("SPECLENS_MAX_SECONDS", "300"))  # wall-clock cap per run (cut, not lost)
 AR_CACHE_SIZE = 64
 _AR_CACHE = {}  # baseline_key -> AR baseline, shared by every session (see ar_baseline)
@@ -28,19 +30,27 @@ _STOP = {}  # session hash -> stop requested, only while that session has a run 
 # ---------------------------------------------------------------- settings and prompt
 
 def make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature,
-                vocab_size=None) -> SpecConfig:
+                vocab_size=None, model_id=None) -> SpecConfig:
+    """The sliders' settings; the draft shape the app has no control for (chain / γ) is the model's measured one."""
     if int(max_new) > UI_MAX_NEW_TOKENS:
         raise SpecError(f"max new tokens must be at most {UI_MAX_NEW_TOKENS} in the web app, got {int(max_new)}")
+    fixed = {k: v for k, v in draft_defaults(model_id).items() if k in ("shape", "gamma")}
     cfg = SpecConfig(method=method, w_max=int(w_max), k_pre=int(k_pre), k_ver=int(k_ver), fr_size=int(fr_size),
                      rank=int(rank), depth=int(depth), top_k=int(top_k), tree_size=int(tree_size),
-                     max_new_tokens=int(max_new), temperature=float(temperature))
+                     max_new_tokens=int(max_new), temperature=float(temperature), **fixed)
     return cfg.validate(vocab_size=vocab_size)
 
 
-def default_settings() -> tuple:
-    """make_config's settings between the method and max_new, as the sliders start."""
-    c = SpecConfig()
-    return c.w_max, c.k_pre, c.k_ver, c.fr_size, c.rank, c.depth, c.top_k, c.tree_size
+def default_settings(model_id=None) -> tuple:
+    """make_config's settings between the method and max_new, as the sliders start for this model."""
+    c = SpecConfig(**draft_defaults(model_id))
+    return tuple(getattr(c, k) for k in SLIDERS)
+
+
+def settings_for(model_key: str) -> dict:
+    """{slider name: value}: the chosen model's measured draft defaults (e.g. the Qwen pair's K_pre = K_ver = 16)."""
+    from ui.models import parse_model_key
+    return dict(zip(SLIDERS, default_settings(parse_model_key(model_key)[0])))
 
 
 def check_prompt(prompt: str) -> str:
