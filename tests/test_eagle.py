@@ -37,7 +37,7 @@ def test_official_key_mapping():
     assert "layers.0.input_layernorm.weight" not in sd
     ignored = load_official_state_dict(head, sd)
     assert ignored == ["embed_tokens.weight"]
-    assert not head.cfg.input_norm
+    assert not head.ecfg.input_norm
     assert torch.equal(head.layers[0].self_attn.q_proj.weight, sd["layers.0.self_attn.q_proj.weight"])
     assert torch.equal(head.fc.bias, sd["fc.bias"])
 

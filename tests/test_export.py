@@ -110,8 +110,8 @@ def test_export_needs_calibration_prompts_for_calibrated_sources(capsys):
 
 # ---------------------------------------------------------------- EAGLE head, official layout
 
-def head_with_random_weights(model, cfg):
-    head = init_from_target(EagleHead(model.config, cfg), model).attach(model)
+def head_with_random_weights(model, ecfg):
+    head = init_from_target(EagleHead(model.config, ecfg), model).attach(model)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_((torch.randn_like(p) * 0.1).half().float())  # fp16-exact: the files store fp16
@@ -128,13 +128,13 @@ def drafts(head, model, prompt):
     return st.head_in, kids.head_in, (kids.head_in @ W.T).topk(4).indices
 
 
-@pytest.mark.parametrize("cfg", [EagleConfig(), EagleConfig(input_norm=False, final_norm=False, feature="post_norm")])
-def test_official_layout_round_trip_gives_identical_drafts(tmp_path, cfg):
+@pytest.mark.parametrize("ecfg", [EagleConfig(), EagleConfig(input_norm=False, final_norm=False, feature="post_norm")])
+def test_official_layout_round_trip_gives_identical_drafts(tmp_path, ecfg):
     model = tiny_model(0)
-    head = head_with_random_weights(model, cfg)
+    head = head_with_random_weights(model, ecfg)
     save_official(head, tmp_path)
     back = load_official(tmp_path, model)
-    assert back.cfg == head.cfg
+    assert back.ecfg == head.ecfg
     prompt = torch.randint(3, V, (9,), generator=torch.Generator().manual_seed(2))
     for a, b in zip(drafts(head, model, prompt), drafts(back, model, prompt)):
         assert torch.equal(a, b)
@@ -145,9 +145,9 @@ def test_official_layout_uses_the_eagle_names_and_fc_over_embedding_then_feature
     head = head_with_random_weights(model, EagleConfig(input_norm=False, final_norm=False, feature="post_norm"))
     notes = save_official(head, tmp_path)
     sd = load_file(tmp_path / "model.safetensors")
-    cfg = json.loads((tmp_path / "config.json").read_text())
+    hf_cfg = json.loads((tmp_path / "config.json").read_text())
     assert notes == []  # official conventions: runs unchanged in EAGLE / SGLang / vLLM
-    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
+    assert hf_cfg["architectures"] == ["LlamaForCausalLM"] and hf_cfg["num_hidden_layers"] == 1
     assert {"fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.down_proj.weight",
             "layers.0.post_attention_layernorm.weight"} <= sd.keys()
     assert all(k.startswith(("fc.", "layers.0.")) for k in sd) and "layers.0.input_layernorm.weight" not in sd
@@ -166,7 +166,7 @@ def test_official_layout_names_the_architecture_sglang_selects_when_asked(tmp_pa
     model = tiny_model(0)
     save_official(head_with_random_weights(model, EagleConfig()), tmp_path, "LlamaForCausalLMEagle")
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle"]
-    assert load_official(tmp_path, model).cfg == EagleConfig()
+    assert load_official(tmp_path, model).ecfg == EagleConfig()
 
 
 def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp_path):

@@ -253,7 +253,7 @@ def test_packed_bf16_logits_match_unpacked_bf16():
 @pytest.mark.parametrize("n", [2, 7, 16, 32])
 def test_packed_bf16_rows_do_not_depend_on_the_pass_size(n):
     runner = FastRunner(tiny_variant("llama").to(torch.bfloat16))
-    assert runner.cfg.layout == "packed"
+    assert runner.fast_cfg.layout == "packed"
     g = torch.Generator().manual_seed(n)
     prompt, nodes = torch.randint(3, 512, (20,), generator=g).tolist(), torch.randint(3, 512, (n,), generator=g).tolist()
     batched, steps = chain_and_steps(runner, prompt, nodes)
@@ -300,7 +300,7 @@ def test_bf16_without_packing_falls_back_to_the_plain_layouts(monkeypatch):
     monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: False)
     model = tiny_variant("llama").to(torch.bfloat16)
     runner = make_runner(model, None, "auto", FastConfig(layout="auto"))
-    assert runner.runtime_name == "fast" and runner.cfg.layout == "hybrid"
+    assert runner.runtime_name == "fast" and runner.fast_cfg.layout == "hybrid"
     prompt = list(range(3, 20))
     hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
     assert hid.dtype == torch.bfloat16
@@ -339,14 +339,14 @@ def peaky_qwen2_pair(vocab: int = 300):
     distributions, and its 1-layer draft: the target's embeddings and first layer (a strong, cheap draft, as a
     Qwen2.5 0.5B is for the 1.5B)."""
     import transformers as tf
-    cfg = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-               head_dim=16, max_position_embeddings=1024, tie_word_embeddings=True)
+    hf_cfg = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, max_position_embeddings=1024, tie_word_embeddings=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        target = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=2)).float().eval()
+        target = tf.Qwen2ForCausalLM(tf.Qwen2Config(**hf_cfg, num_hidden_layers=2)).float().eval()
     with torch.no_grad():
         target.model.embed_tokens.weight.mul_(8.0)  # tied: the head's logits are 8x sharper
-    draft = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=1)).float().eval()
+    draft = tf.Qwen2ForCausalLM(tf.Qwen2Config(**hf_cfg, num_hidden_layers=1)).float().eval()
     draft.load_state_dict(target.state_dict(), strict=False)
     return target, draft
 

@@ -59,8 +59,8 @@ def test_periodic_actions_run_every_n_steps_and_at_the_last():
 
 
 def test_the_cli_is_the_config_dataclass():
-    cfg = parse_config(te.TrainConfig, ["--steps", "5", "--amp", "false", "--cache-only", "--vocab-subset", "0"], "t")
-    assert (cfg.steps, cfg.amp, cfg.cache_only, cfg.vocab_subset, cfg.final_norm) == (5, False, True, 0, True)
+    tcfg = parse_config(te.TrainConfig, ["--steps", "5", "--amp", "false", "--cache-only", "--vocab-subset", "0"], "t")
+    assert (tcfg.steps, tcfg.amp, tcfg.cache_only, tcfg.vocab_subset, tcfg.final_norm) == (5, False, True, 0, True)
     slim = parse_config(SlimConfig, ["--head", "H", "--warmup", "7", "--ce-w", "0.5"], "s")
     assert (slim.head, slim.warmup, slim.ce_w, slim.out, slim.steps) == ("H", 7, 0.5, None, 400)
 
@@ -94,11 +94,11 @@ def test_trainer_loss_falls():
     valid = torch.ones_like(X, dtype=torch.bool)
     W = model.lm_head.weight.detach()
     sub = te.token_subset([X.view(-1)], W.shape[0], 0)
-    cfg = te.TrainConfig(depth=2)
+    tcfg = te.TrainConfig(depth=2)
     opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
     losses, first = [], None
     for _ in range(30):
-        loss, st = te.draft_losses(head, W[sub], X, Fe, valid, float(Fe.pow(2).mean().sqrt()), cfg)
+        loss, st = te.draft_losses(head, W[sub], X, Fe, valid, float(Fe.pow(2).mean().sqrt()), tcfg)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -116,8 +116,8 @@ def test_prompt_targets_weighted_by_response_start():
     assert te.response_start(x, marker) == 8 and te.response_start(x[:3], marker) == 0  # the last marker; none -> 0
     # f_t predicts x_{t+1}: targets t >= start - 1 predict response tokens
     assert te.target_weights(10, 8, 0.5).tolist() == [0.5] * 7 + [1.0] * 3
-    cfg = te.TrainConfig(batch=3, seq_len=16, prompt_w=0.0)
-    _, _, w = te.sample_batch([x], [torch.zeros(10, 4)], cfg, random.Random(0), [8])
+    tcfg = te.TrainConfig(batch=3, seq_len=16, prompt_w=0.0)
+    _, _, w = te.sample_batch([x], [torch.zeros(10, 4)], tcfg, random.Random(0), [8])
     assert w.tolist() == [[0.0] * 7 + [1.0] * 3] * 3
 
 
@@ -131,23 +131,23 @@ def eagle_run(out, **kw):
     opts = dict(target="tiny", out=str(out), steps=6, batch=2, seq_len=16, depth=2, vocab_subset=0, negatives=0,
                 amp=False, eval_prompts=0, ckpt_min=1e9, ckpt_every=2, log_every=1, max_prompt=24, max_new=24,
                 shard_size=4, gen_batch=4)
-    cfg = te.TrainConfig(**opts | kw)
+    tcfg = te.TrainConfig(**opts | kw)
     rng = random.Random(0)
-    torch.manual_seed(cfg.seed)  # as main does: the head's fc init draws from it
-    te.build_cache(model, tok, cfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
-    return model, tok, cfg
+    torch.manual_seed(tcfg.seed)  # as main does: the head's fc init draws from it
+    te.build_cache(model, tok, tcfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
+    return model, tok, tcfg
 
 
 def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
-    model, tok, cfg = eagle_run(tmp_path / "a")
-    te.train(model, tok, cfg)
+    model, tok, tcfg = eagle_run(tmp_path / "a")
+    te.train(model, tok, tcfg)
     whole = load_checkpoint(tmp_path / "a" / "ckpt.pt")
 
-    model, tok, cfg = eagle_run(tmp_path / "b")
+    model, tok, tcfg = eagle_run(tmp_path / "b")
     real = te.logger
 
-    def crash_at_5(cfg):
-        log = real(cfg)
+    def crash_at_5(tcfg):
+        log = real(tcfg)
 
         def crash(msg):
             if msg.startswith("step 5/"):
@@ -156,10 +156,10 @@ def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
         return crash
     monkeypatch.setattr(te, "logger", crash_at_5)
     with pytest.raises(KeyboardInterrupt):
-        te.train(model, tok, cfg)
+        te.train(model, tok, tcfg)
     monkeypatch.setattr(te, "logger", real)
     assert load_checkpoint(tmp_path / "b" / "ckpt.pt")["step"] == 4
-    te.train(model, tok, cfg)
+    te.train(model, tok, tcfg)
     resumed = load_checkpoint(tmp_path / "b" / "ckpt.pt")
     assert "resumed at step 4" in (tmp_path / "b" / "progress.log").read_text()
     assert resumed["step"] == whole["step"] == 6
@@ -243,10 +243,10 @@ def test_tau_only_without_a_saved_head_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_the_trained_heads_card_reports_the_engines_tau(tmp_path):
-    model, tok, cfg = eagle_run(tmp_path, eval_prompts=1)
-    te.train(model, tok, cfg)
-    head = te.new_head(model, cfg)
+    model, tok, tcfg = eagle_run(tmp_path, eval_prompts=1)
+    te.train(model, tok, tcfg)
+    head = te.new_head(model, tcfg)
     head.load_state_dict(load_checkpoint(tmp_path / "ckpt.pt")["head"])
-    acc = te.engine_tau(te.card_pipeline(model, tok, head, cfg.target), te.eval_prompts(cfg)[0])
+    acc = te.engine_tau(te.card_pipeline(model, tok, head, tcfg.target), te.eval_prompts(tcfg)[0])
     card = (tmp_path / "training_card.md").read_text()
     assert all(te.tau_row(r) in card for r in acc.values()) and len(acc) == 2

@@ -46,9 +46,9 @@ def contenders(args) -> dict:
     model_id, dtype = args.model or DEFAULT_MODEL, torch_dtype(args.dtype)
     spec = Pipeline.load(model_id, draft=args.draft, runtime=args.runtime, dtype=dtype)
     ctx = Pipeline.load(model_id, draft="context", runtime=args.runtime, dtype=dtype)
-    cfg = {"ar": config_from(args, "ar"), "nanospec": _with(config_from(args, "nanospec"), context="off"),
-           "nanospec+context": _with(config_from(args, "nanospec"), context="on"),
-           "context": _with(config_from(args, "nanospec"), context="on")}
+    cfgs = {"ar": config_from(args, "ar"), "nanospec": _with(config_from(args, "nanospec"), context="off"),
+            "nanospec+context": _with(config_from(args, "nanospec"), context="on"),
+            "context": _with(config_from(args, "nanospec"), context="on")}
     eos, clock = spec.eos_ids(), CLOCK[args.clock]
 
     def ours(pipe, c):
@@ -66,8 +66,8 @@ def contenders(args) -> dict:
             return None, out, clock() - t0
         return run
 
-    ways = {"ar": ours(spec, cfg["ar"]), "nanospec": ours(spec, cfg["nanospec"]),
-            "nanospec+context": ours(spec, cfg["nanospec+context"]), "context": ours(ctx, cfg["context"]),
+    ways = {"ar": ours(spec, cfgs["ar"]), "nanospec": ours(spec, cfgs["nanospec"]),
+            "nanospec+context": ours(spec, cfgs["nanospec+context"]), "context": ours(ctx, cfgs["context"]),
             "hf": hf(0), "hf+lookup": hf(args.lookup)}
     return {k: ways[k] for k in args.variants.split(",")}, spec
 

@@ -217,7 +217,7 @@ def main(argv=None) -> int:
           f"cache {a.cache}, reps {a.reps}, clock {a.clock}")
     print(f"load + build {t_load / 1e3:.1f} s; fast runner build (re-layout) " +
           ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in build_s.items()) + " (wall), no compile step")
-    print("layouts: " + ", ".join(f"{k} {getattr(r, 'cfg', None) and r.cfg.layout or 'transformers'}"
+    print("layouts: " + ", ".join(f"{k} {getattr(r, 'fast_cfg', None) and r.fast_cfg.layout or 'transformers'}"
                                   for k, r in runners.items()) + "\n")
     first = next(r for k, r in runners.items() if k != "eager")
     ids = torch.randint(3, first.vocab_size, (a.cache + 64,), generator=torch.Generator().manual_seed(0))

@@ -67,14 +67,14 @@ class Arch:
 
 # ---------------------------------------------------------------- support check + weights
 
-def rope_subs(cfg) -> dict:
+def rope_subs(hf_cfg) -> dict:
     """{layer type: rope params} (gemma3: one per layer type) or {None: rope params}."""
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope = getattr(hf_cfg, "rope_parameters", None) or getattr(hf_cfg, "rope_scaling", None) or {}
     return {k: v for k, v in rope.items() if isinstance(v, dict)} or {None: rope}
 
 
-def rope_types(cfg) -> list:
-    return [r.get("rope_type", "default") for r in rope_subs(cfg).values()]
+def rope_types(hf_cfg) -> list:
+    return [r.get("rope_type", "default") for r in rope_subs(hf_cfg).values()]
 
 
 @functools.cache
@@ -91,29 +91,29 @@ def packed_ok() -> bool:
         return False
 
 
-def layout_of(cfg: FastConfig, dtype) -> str:
-    """The layout `cfg` asks for, with auto resolved for weights of `dtype`."""
+def layout_of(fast_cfg: FastConfig, dtype) -> str:
+    """The layout `fast_cfg` asks for, with auto resolved for weights of `dtype`."""
     packable = dtype == torch.bfloat16 and packed_ok()
-    if cfg.layout == "auto":
+    if fast_cfg.layout == "auto":
         return "packed" if packable else "hybrid"
-    if cfg.layout not in ("packed", "blocked", "hybrid", "plain"):
-        raise ValueError(f"unknown layout {cfg.layout!r}")
-    if cfg.layout == "packed" and not packable:
+    if fast_cfg.layout not in ("packed", "blocked", "hybrid", "plain"):
+        raise ValueError(f"unknown layout {fast_cfg.layout!r}")
+    if fast_cfg.layout == "packed" and not packable:
         raise ValueError("the packed layout needs bf16 weights and oneDNN bf16 (avx512_bf16 or AMX)")
-    return cfg.layout
+    return fast_cfg.layout
 
 
 def unsupported_reason(model) -> str:
     """'' if FastRunner covers this model, else a one-line reason (shown by the UI)."""
-    cfg = model.config
-    kind = getattr(cfg, "model_type", "?")
+    hf_cfg = model.config
+    kind = getattr(hf_cfg, "model_type", "?")
     if kind not in ARCHS:
         return f"fast runtime does not cover model_type {kind!r} (covers {', '.join(ARCHS)})"
-    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "attn_logit_softcapping", None):
+    if getattr(hf_cfg, "mlp_bias", False) or getattr(hf_cfg, "attn_logit_softcapping", None):
         return "fast runtime does not cover MLP biases or attention soft-capping"
-    if getattr(cfg, "use_bidirectional_attention", False):
+    if getattr(hf_cfg, "use_bidirectional_attention", False):
         return "fast runtime does not cover bidirectional attention"
-    bad = [t for t in rope_types(cfg) if t not in ROPE_TYPES]
+    bad = [t for t in rope_types(hf_cfg) if t not in ROPE_TYPES]
     if bad:
         return f"fast runtime does not cover rope_type {bad[0]!r}"
     if model.model.layers[0].self_attn.o_proj.bias is not None:
@@ -122,20 +122,20 @@ def unsupported_reason(model) -> str:
 
 
 def arch_of(model) -> Arch:
-    cfg, layer, dtype = model.config, model.model.layers[0], model.get_output_embeddings().weight.dtype
-    n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
-    gemma = cfg.model_type == "gemma3_text"
-    return Arch(cfg.num_hidden_layers, cfg.hidden_size, n_heads, n_kv, hd, cfg.intermediate_size,
-                cfg.rms_norm_eps, layer.self_attn.scaling, layer.self_attn.q_proj.bias is not None,
+    hf_cfg, layer, dtype = model.config, model.model.layers[0], model.get_output_embeddings().weight.dtype
+    n_heads, n_kv = hf_cfg.num_attention_heads, hf_cfg.num_key_value_heads
+    hd = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // n_heads
+    gemma = hf_cfg.model_type == "gemma3_text"
+    return Arch(hf_cfg.num_hidden_layers, hf_cfg.hidden_size, n_heads, n_kv, hd, hf_cfg.intermediate_size,
+                hf_cfg.rms_norm_eps, layer.self_attn.scaling, layer.self_attn.q_proj.bias is not None,
                 hasattr(layer.self_attn, "q_norm"), gemma,
-                float(torch.tensor(cfg.hidden_size ** 0.5, dtype=dtype)) if gemma else 1.0,  # as transformers rounds it
-                1.0 if gemma else 0.0, layer.mlp.act_fn, act_index(cfg))
+                float(torch.tensor(hf_cfg.hidden_size ** 0.5, dtype=dtype)) if gemma else 1.0,  # as transformers rounds it
+                1.0 if gemma else 0.0, layer.mlp.act_fn, act_index(hf_cfg))
 
 
-def act_index(cfg) -> int:
+def act_index(hf_cfg) -> int:
     from core.kernels.cpu_layer import ACTS
-    return ACTS.get(getattr(cfg, "hidden_activation", None) or getattr(cfg, "hidden_act", None), -1)
+    return ACTS.get(getattr(hf_cfg, "hidden_activation", None) or getattr(hf_cfg, "hidden_act", None), -1)
 
 
 def fuse_t(*linears):
@@ -225,14 +225,14 @@ def norm_w(norm, a: Arch):
 
 
 def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
-    layer, cfg = model.model.layers[i], model.config
+    layer, hf_cfg = model.model.layers[i], model.config
     att, mlp = layer.self_attn, layer.mlp
     qkv, gu = (att.q_proj, att.k_proj, att.v_proj), (mlp.gate_proj, mlp.up_proj)
     pre_mlp = layer.pre_feedforward_layernorm if a.sandwich else layer.post_attention_layernorm
     w = {"ln1": norm_w(layer.input_layernorm, a), "ln2": norm_w(pre_mlp, a),
          "wqkv": fuse_t(*qkv), "wo": fuse_t(att.o_proj), "wgu": fuse_t(*gu), "wd": fuse_t(mlp.down_proj),
          "bqkv": torch.cat([lin.bias.detach() for lin in qkv]).float() if a.qkv_bias else None,
-         "window": window_of(cfg, i), "rope": cfg.layer_types[i] if None not in rope_subs(cfg) else None}
+         "window": window_of(hf_cfg, i), "rope": hf_cfg.layer_types[i] if None not in rope_subs(hf_cfg) else None}
     if a.qk_norm:
         w["qn"], w["kn"] = norm_w(att.q_norm, a), norm_w(att.k_norm, a)
     if a.sandwich:
@@ -255,24 +255,24 @@ def forms(wt, fc: FastConfig) -> tuple:
     return (wt if fc.layout == "hybrid" else None), b, None
 
 
-def head_weights(model, cfg: FastConfig):
+def head_weights(model, fast_cfg: FastConfig):
     """(embedding [V, d], head^T forms (see `forms`), head [V, d]). The model's head stays row-major in every
     layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if cfg.layout == "packed":
+    if fast_cfg.layout == "packed":
         return emb.weight.detach(), (None, None, pack(head.weight.detach())), head.weight.detach()
-    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), cfg), head.weight.detach()
+    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
 
 
 @torch.no_grad()
-def fast_weights(model, a: Arch, cfg: FastConfig):
+def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     """(embedding, head^T, head, per-layer dicts), built once per (model, layout) and reused by every
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (cfg.layout, cfg.block_bytes)
+    key = (fast_cfg.layout, fast_cfg.block_bytes)
     if key not in memo:
-        memo[key] = (*head_weights(model, cfg), [layer_weights(model, i, a, cfg) for i in range(a.n_layers)])
+        memo[key] = (*head_weights(model, fast_cfg), [layer_weights(model, i, a, fast_cfg) for i in range(a.n_layers)])
     return memo[key]
 
 
@@ -384,29 +384,29 @@ class FastRunner:
     runtime_name = "fast"
     fallback_reason = ""
 
-    def __init__(self, model, tokenizer=None, cfg: FastConfig | None = None):
+    def __init__(self, model, tokenizer=None, fast_cfg: FastConfig | None = None):
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(reason)
         self.dtype = model.get_output_embeddings().weight.dtype  # weights; activations in self.act
         self.act = torch.promote_types(self.dtype, torch.float32)
-        cfg = cfg or FastConfig()
+        fast_cfg = fast_cfg or FastConfig()
         self.arch = a = arch_of(model)
-        self.kernels_reason = kernels_reason(a, self.dtype, cfg)  # '' when the fused C kernels run
+        self.kernels_reason = kernels_reason(a, self.dtype, fast_cfg)  # '' when the fused C kernels run
         self.kernels = self.kernels_reason == ""
         # torch path with bf16 weights: KV cache and attention in fp64, so that attention's rounding (which
         # depends on where the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding
         # of o_proj's input. The fused kernels sum over the visible keys only, in order: fp32 is exact there.
         self.att = torch.float64 if self.dtype.itemsize < 4 and not self.kernels else self.act
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.cfg = replace(cfg, layout=layout_of(cfg, self.dtype))
-        self.embed, self.head_t, self.head_weight, self.layers = fast_weights(model, a, self.cfg)
+        self.fast_cfg = replace(fast_cfg, layout=layout_of(fast_cfg, self.dtype))
+        self.embed, self.head_t, self.head_weight, self.layers = fast_weights(model, a, self.fast_cfg)
         self.norm_w = norm_w(model.model.norm, a)
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
-        self._alloc(self.cfg.max_len)
+        self._alloc(self.fast_cfg.max_len)
         self.reset()
 
     def _alloc(self, max_len: int, keep_rows: int = 0):
@@ -480,11 +480,11 @@ class FastRunner:
 
 # ---------------------------------------------------------------- choosing a runtime
 
-def kernels_reason(a: Arch, dtype, cfg: FastConfig) -> str:
+def kernels_reason(a: Arch, dtype, fast_cfg: FastConfig) -> str:
     """'' if the fused C kernels serve a model of this architecture and weight dtype, else why the runner keeps
     its torch path."""
     from core.kernels import cpu_layer
-    if not cfg.kernels:
+    if not fast_cfg.kernels:
         return "fused CPU kernels turned off"
     if a.act_id < 0:
         return "the fused CPU kernels do not cover this MLP activation"
@@ -498,7 +498,7 @@ def kernels_reason(a: Arch, dtype, cfg: FastConfig) -> str:
 def exact_reason(runner) -> str:
     """'' when a token's logits are bit-identical whatever the number of tokens sharing its forward (greedy
     speculation then equals greedy decoding bit for bit), else why they may differ by rounding."""
-    if runner.cfg.layout != "packed":
+    if runner.fast_cfg.layout != "packed":
         return "1-token and batched GEMMs sum in different orders: lossless up to rounding, ties reported"
     if not runner.kernels:
         return "attention without the fused kernels sums per pass size: lossless up to rounding, ties reported"
@@ -527,7 +527,7 @@ def gap_tolerance(dtype) -> float:
     return max(1e-3, 32 * torch.finfo(dtype).eps)
 
 
-def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | None = None):
+def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConfig | None = None):
     """'eager' | 'fast' | 'auto' (fast where it covers the architecture and agrees with transformers,
     else eager with `fallback_reason` saying why)."""
     from core.errors import SpecError
@@ -536,7 +536,7 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | 
         raise SpecError(f"unknown runtime {runtime!r}: use auto, eager or fast")
     if runtime == "eager":
         return EagerRunner(model, tokenizer)
-    cfg = cfg or FastConfig()
+    fast_cfg = fast_cfg or FastConfig()
     reason = unsupported_reason(model)
     if not reason and next(model.parameters()).device.type != "cpu":
         reason = "fast runtime is CPU-only; the eager path uses the accelerator"
@@ -544,8 +544,8 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", cfg: FastConfig | 
         raise SpecError(reason)
     if not reason:
         try:
-            runner = FastRunner(model, tokenizer, cfg)
-            gap = logits_gap(model, runner) if cfg.check and runtime == "auto" else 0.0
+            runner = FastRunner(model, tokenizer, fast_cfg)
+            gap = logits_gap(model, runner) if fast_cfg.check and runtime == "auto" else 0.0
         except (RuntimeError, ValueError, AttributeError, TypeError) as err:
             if runtime == "fast":
                 raise SpecError(f"fast runtime failed on this model: {err}") from None

@@ -8,12 +8,12 @@ import torch
 from transformers import DynamicCache
 
 
-def window_of(cfg, i: int) -> int:
+def window_of(hf_cfg, i: int) -> int:
     """Sliding-window size of layer i (0 = full attention)."""
-    types = getattr(cfg, "layer_types", None)
+    types = getattr(hf_cfg, "layer_types", None)
     if types:
-        return (getattr(cfg, "sliding_window", None) or 0) if types[i] == "sliding_attention" else 0
-    return getattr(cfg, "sliding_window", None) or 0  # mistral: every layer
+        return (getattr(hf_cfg, "sliding_window", None) or 0) if types[i] == "sliding_attention" else 0
+    return getattr(hf_cfg, "sliding_window", None) or 0  # mistral: every layer
 
 
 def layer_windows(config) -> dict:

@@ -69,15 +69,15 @@ def self_attention(attn, x, rotary, hd, mask=None, past=None):
 
 
 class EagleHead(nn.Module):
-    def __init__(self, llama_config, cfg: EagleConfig = None):
+    def __init__(self, llama_config, ecfg: EagleConfig = None):
         super().__init__()
-        self.cfg = cfg or EagleConfig()
+        self.ecfg = ecfg or EagleConfig()
         self.lcfg = llama_config
         d = llama_config.hidden_size
         self.d = d
         self.fc = nn.Linear(2 * d, d, bias=True)
         self.layers = nn.ModuleList([LlamaDecoderLayer(llama_config, 0)])
-        if not self.cfg.input_norm:
+        if not self.ecfg.input_norm:
             self.layers[0].input_layernorm = nn.Identity()
         self.rotary = LlamaRotaryEmbedding(llama_config)
         self._target = ()   # (embed_tokens, final norm): shared with the target, frozen, not in state_dict
@@ -98,11 +98,11 @@ class EagleHead(nn.Module):
 
     def head_in(self, out):
         """layer output [.., d] -> LM-head input h [.., d]."""
-        return self.norm(out) if self.cfg.final_norm else out
+        return self.norm(out) if self.ecfg.final_norm else out
 
     def target_in(self, feats):
         """Runner features (pre-norm) -> the features this head consumes and regresses."""
-        return feats if self.cfg.feature == "pre_norm" else self.norm(feats)
+        return feats if self.ecfg.feature == "pre_norm" else self.norm(feats)
 
     def forward(self, feat, ids, pos, mask=None, past=None):
         """feat [B,T,d], ids [B,T], pos [B,T]; past: (k, v) [B,Hkv,S,hd] of earlier entries;
@@ -121,7 +121,7 @@ def init_from_target(head, target_model):
     """Layer <- the target's last decoder layer; fc <- [I | 0] so the first pass starts from the feature."""
     base = target_model.get_decoder() if hasattr(target_model, "get_decoder") else target_model.model
     sd = base.layers[-1].state_dict()
-    if not head.cfg.input_norm:
+    if not head.ecfg.input_norm:
         sd = {k: v for k, v in sd.items() if not k.startswith("input_layernorm")}
     head.layers[0].load_state_dict(sd)
     d = head.d
@@ -139,9 +139,9 @@ def save_head(head, out_dir, name="eagle.safetensors"):
     from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
-    cfg = {"eagle": asdict(head.cfg), "llama": head.lcfg.to_dict()}
-    cfg["llama"].pop("quantization_config", None)
-    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(cfg, indent=1))
+    hf_cfg = {"eagle": asdict(head.ecfg), "llama": head.lcfg.to_dict()}
+    hf_cfg["llama"].pop("quantization_config", None)
+    write_atomic(os.path.join(out_dir, "config.json"), json.dumps(hf_cfg, indent=1))
     write_atomic(os.path.join(out_dir, name), lambda tmp: save_file(sd, tmp))  # the pipeline looks for this file
 
 
@@ -149,9 +149,9 @@ def load_head(head_dir, target_model, dtype=torch.float32, name="eagle.safetenso
     from safetensors.torch import load_file
     from transformers import LlamaConfig
     with open(os.path.join(head_dir, "config.json")) as f:
-        cfg = json.load(f)
-    lcfg = LlamaConfig(**cfg["llama"])
-    head = EagleHead(lcfg, EagleConfig(**cfg["eagle"]))
+        hf_cfg = json.load(f)
+    lcfg = LlamaConfig(**hf_cfg["llama"])
+    head = EagleHead(lcfg, EagleConfig(**hf_cfg["eagle"]))
     sd = {k: v.to(dtype) for k, v in load_file(os.path.join(head_dir, name)).items()}
     head.load_state_dict(sd, strict=False)
     return head.to(dtype).attach(target_model).eval()
@@ -175,8 +175,8 @@ def load_official_state_dict(head, sd):
             mapped[k2] = (swap_fc_halves(v) if k2 == "fc.weight" else v).to(ours[k2].dtype)
         else:
             ignored.append(k)
-    if "layers.0.input_layernorm.weight" not in mapped and head.cfg.input_norm:
-        head.cfg.input_norm = False
+    if "layers.0.input_layernorm.weight" not in mapped and head.ecfg.input_norm:
+        head.ecfg.input_norm = False
         head.layers[0].input_layernorm = nn.Identity()
     missing = [k for k in head.state_dict() if k not in mapped and not k.startswith("rotary")]
     if missing:
@@ -195,26 +195,26 @@ def official_config(head, architecture="LlamaForCausalLM") -> dict:
     """config.json of the official layout: the target's LlamaConfig with one layer, plus this head's conventions
     under "speclens_eagle" (other loaders ignore unknown keys). architecture: LlamaForCausalLM as in the EAGLE repo's
     checkpoints (vLLM maps it to its EAGLE class); SGLang picks its EAGLE class by the name LlamaForCausalLMEagle."""
-    cfg = head.lcfg.to_dict()
+    hf_cfg = head.lcfg.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "id2label", "label2id", "dtype"):
-        cfg.pop(key, None)
-    rope = cfg.get("rope_parameters") or {}
-    cfg.update(architectures=[architecture], num_hidden_layers=1, torch_dtype="float16",
-               speclens_eagle=asdict(head.cfg))
+        hf_cfg.pop(key, None)
+    rope = hf_cfg.get("rope_parameters") or {}
+    hf_cfg.update(architectures=[architecture], num_hidden_layers=1, torch_dtype="float16",
+                  speclens_eagle=asdict(head.ecfg))
     if "rope_theta" in rope:
-        cfg.setdefault("rope_theta", rope["rope_theta"])  # readers of transformers 4.x configs
-    return cfg
+        hf_cfg.setdefault("rope_theta", rope["rope_theta"])  # readers of transformers 4.x configs
+    return hf_cfg
 
 
-def convention_notes(cfg: EagleConfig) -> list:
+def convention_notes(ecfg: EagleConfig) -> list:
     """Where a head differs from what the official EAGLE-2 loaders compute (post-norm features in, no input norm
     on layer 0, the layer output straight into the LM head): the files load there but draft differently."""
     notes = []
-    if cfg.feature != OFFICIAL.feature:
+    if ecfg.feature != OFFICIAL.feature:
         notes.append("the head reads pre-norm target features; EAGLE/SGLang/vLLM feed post-norm ones")
-    if cfg.input_norm:
+    if ecfg.input_norm:
         notes.append("layer 0 has an input RMSNorm (layers.0.input_layernorm.weight), which their layer 0 lacks")
-    if cfg.final_norm:
+    if ecfg.final_norm:
         notes.append("the head applies the target's final norm before the LM head; theirs does not")
     if notes:
         notes.append("`python -m core train-eagle --final-norm false` trains post-norm features and no output norm; "
@@ -224,14 +224,14 @@ def convention_notes(cfg: EagleConfig) -> list:
 
 def save_official(head, out_dir, architecture="LlamaForCausalLM") -> list:
     """Write config.json + model.safetensors (fp16) under the official names: fc.weight (columns [e; f]), fc.bias,
-    layers.0.*. Returns convention_notes(head.cfg)."""
+    layers.0.*. Returns convention_notes(head.ecfg)."""
     from safetensors.torch import save_file
     sd = {k: v.detach().to(torch.float16).contiguous() for k, v in head.state_dict().items() if not k.startswith("rotary")}
     sd["fc.weight"] = swap_fc_halves(sd["fc.weight"]).contiguous()
     os.makedirs(out_dir, exist_ok=True)
     write_atomic(os.path.join(out_dir, "config.json"), json.dumps(official_config(head, architecture), indent=1))
     write_atomic(os.path.join(out_dir, OFFICIAL_WEIGHTS), lambda tmp: save_file(sd, tmp))
-    return convention_notes(head.cfg)
+    return convention_notes(head.ecfg)
 
 
 def load_official(head_dir, target_model, dtype=torch.float32):
@@ -239,9 +239,9 @@ def load_official(head_dir, target_model, dtype=torch.float32):
     from safetensors.torch import load_file
     from transformers import LlamaConfig
     with open(os.path.join(head_dir, "config.json")) as f:
-        cfg = json.load(f)
-    conventions = cfg.pop("speclens_eagle", None) or asdict(OFFICIAL)
-    head = EagleHead(LlamaConfig(**cfg), EagleConfig(**conventions))
+        hf_cfg = json.load(f)
+    conventions = hf_cfg.pop("speclens_eagle", None) or asdict(OFFICIAL)
+    head = EagleHead(LlamaConfig(**hf_cfg), EagleConfig(**conventions))
     load_official_state_dict(head, load_file(os.path.join(head_dir, OFFICIAL_WEIGHTS)))
     return head.to(dtype).attach(target_model).eval()
 
@@ -317,11 +317,11 @@ def layer_model(head, W):
     any runner, eager or fast, can then run the EAGLE layer with its KV cache, tree masks and commit."""
     import copy
     from transformers import LlamaForCausalLM
-    cfg = copy.deepcopy(head.lcfg)
-    cfg.num_hidden_layers, cfg.tie_word_embeddings = 1, False
-    cfg.layer_types = ["full_attention"]
+    hf_cfg = copy.deepcopy(head.lcfg)
+    hf_cfg.num_hidden_layers, hf_cfg.tie_word_embeddings = 1, False
+    hf_cfg.layer_types = ["full_attention"]
     with torch.device("meta"):
-        model = LlamaForCausalLM(cfg)
+        model = LlamaForCausalLM(hf_cfg)
     model.model.embed_tokens, model.model.norm = head.embed, copy.deepcopy(head.norm)
     model.model.layers = nn.ModuleList([head.layers[0]])
     head.layers[0].self_attn.config = model.config  # the head's own config names no attention implementation
@@ -377,7 +377,7 @@ class EagleDrafter:
         """fc([feature; e(ids)]) -> the layer (pending entries) -> DraftState(LM-head input, layer output)."""
         x = self.fc(torch.cat([feat.to(self.dtype), self.head.embed(ids).to(self.dtype)], -1))  # [k, 2d] -> [k, d]
         hid, out = self.runner.forward(ids, pos, mask, embeds=x)
-        return DraftState(hid if self.head.cfg.final_norm else out, out)
+        return DraftState(hid if self.head.ecfg.final_norm else out, out)
 
     @torch.no_grad()
     def prefill(self, prompt_ids, first, feats):

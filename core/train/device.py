@@ -61,31 +61,31 @@ def shipped_head(ck) -> Path | None:
 
 
 def train_head(ck, budget: float) -> tuple:
-    """(cfg, fp32 target model, tokenizer, {tokens, seqs, source}) after data generation and training."""
+    """(tcfg, fp32 target model, tokenizer, {tokens, seqs, source}) after data generation and training."""
     from core.train.eagle import build_cache, load_cache, load_target, train
     pairs, source = distill_pairs(ck)
     init = shipped_head(ck)
-    cfg = train_config(ck, len(pairs), budget, str(init) if init else "")
-    torch.manual_seed(cfg.seed)
-    model, tok = load_target(cfg.target, cfg.device)
+    tcfg = train_config(ck, len(pairs), budget, str(init) if init else "")
+    torch.manual_seed(tcfg.seed)
+    model, tok = load_target(tcfg.target, tcfg.device)
     model.requires_grad_(False)
-    Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, pairs)
-    model, tok = load_target(cfg.target, cfg.device)  # the fp32 target again (a bf16 round trip rounds W)
+    Path(tcfg.out).mkdir(parents=True, exist_ok=True)
+    build_cache(model.to(getattr(torch, tcfg.cache_dtype)), tok, tcfg, pairs)
+    model, tok = load_target(tcfg.target, tcfg.device)  # the fp32 target again (a bf16 round trip rounds W)
     model.requires_grad_(False)
-    train(model, tok, cfg)
-    ids, _ = load_cache(cfg.out)
-    return cfg, model, tok, {"tokens": sum(len(i) for i in ids), "seqs": len(ids), "source": source,
-                             "init": cfg.init or "the target's last layer"}
+    train(model, tok, tcfg)
+    ids, _ = load_cache(tcfg.out)
+    return tcfg, model, tok, {"tokens": sum(len(i) for i in ids), "seqs": len(ids), "source": source,
+                              "init": tcfg.init or "the target's last layer"}
 
 
-def train_slim(ck, cfg, model, budget: float) -> dict:
+def train_slim(ck, tcfg, model, budget: float) -> dict:
     """SlimSpec factors for the new head (rank d/8) from its LM-head inputs on the cached data."""
     from core.train import slim as ts
     from core.spec.eagle import load_head
     from core.train.eagle import load_cache
-    head = load_head(cfg.out, model).to(model.device)
-    ids, feats = load_cache(cfg.out)
+    head = load_head(tcfg.out, model).to(model.device)
+    ids, feats = load_cache(tcfg.out)
     W = model.get_output_embeddings().weight.detach().float()
     n_tokens, steps, batch = (2000, 20, 64) if ck.tiny else (200000, 4000, 1024)
     h = ts.head_inputs(head, ids, feats, n_tokens, 0)
@@ -96,10 +96,10 @@ def train_slim(ck, cfg, model, budget: float) -> dict:
                                                max_seconds=0.1 * budget, init=init)
     steps = int(re.findall(r"slim step (\d+)/", logged[-1])[0])  # fewer than planned when the time ran out
     name = f"slim_r{r}.safetensors"
-    ts.save_factors(str(Path(cfg.out) / name), up, down)
-    a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=cfg.out, cache=cfg.out, seed=0)
+    ts.save_factors(str(Path(tcfg.out) / name), up, down)
+    a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=tcfg.out, cache=tcfg.out, seed=0)
     line = ts.card_line(a, name, W, r, len(h), before, after, time.time() - t0)
-    with open(Path(cfg.out) / "training_card.md", "a") as f:
+    with open(Path(tcfg.out) / "training_card.md", "a") as f:
         f.write((line.replace("SVD init", "init: the shipped factors") if init else line) + "\n")
     return {"rank": r, "inputs": len(h), "held_kl": [before[0], after[0]], "held_top1": [before[1], after[1]],
             "up": up, "down": down}
@@ -164,17 +164,17 @@ def train_step(ck, load_pipe, write_json) -> str:
     """device-check's train step; load_pipe(ck, model, draft) and write_json(ck, name, data) come from
     core.experiments.device_check (passed in: this module sits below it)."""
     budget = ck.left()
-    cfg, model, tok, data = train_head(ck, budget)
-    slim = train_slim(ck, cfg, model, budget)
+    tcfg, model, tok, data = train_head(ck, budget)
+    slim = train_slim(ck, tcfg, model, budget)
     del model
     pipe = load_pipe(ck, ck.model_id, "self")
-    heads = {"new": (with_head(pipe, Path(cfg.out), slim), slim["rank"])}
+    heads = {"new": (with_head(pipe, Path(tcfg.out), slim), slim["rank"])}
     if shipped_head(ck):
         heads["shipped"] = (with_head(pipe, shipped_head(ck)), 0)
     tau = measure_tau(ck, heads, time.monotonic() + max(ck.left() - 10, 0))
     new, old = tau.get("new/full/tree"), tau.get("shipped/full/tree")
-    steps = torch.load(Path(cfg.out) / "ckpt.pt", weights_only=False)["step"]
-    head = publish_head(cfg.out, ck.out / "head")
+    steps = torch.load(Path(tcfg.out) / "ckpt.pt", weights_only=False)["step"]
+    head = publish_head(tcfg.out, ck.out / "head")
     res = {**data, "steps": steps, "tau": tau, "slim": {k: v for k, v in slim.items() if k not in ("up", "down")},
            "beats_shipped": old is not None and new is not None and new > old, "reaches_1_8": bool(new and new >= 1.8),
            "head_dir": str(head), "assets": str(ASSETS / "heads")}

@@ -67,9 +67,9 @@ class TrainConfig:
     tau_only: bool = False        # only measure the card's tau of the head in --init (a dir) with the engine
 
 
-def logger(cfg):
+def logger(tcfg):
     """log(msg) to stdout and DIR/progress.log."""
-    return progress_log(os.path.join(cfg.out, "progress.log"))
+    return progress_log(os.path.join(tcfg.out, "progress.log"))
 
 
 # ---------------------------------------------------------------- target + prompts
@@ -92,10 +92,10 @@ def read_pairs(files):
     return pairs
 
 
-def split_pairs(cfg):
-    pairs = read_pairs(sorted(sum([glob.glob(p) for p in cfg.data.split(",")], [])))
-    random.Random(cfg.seed).shuffle(pairs)
-    return pairs[:cfg.n_eval], pairs[cfg.n_eval:]
+def split_pairs(tcfg):
+    pairs = read_pairs(sorted(sum([glob.glob(p) for p in tcfg.data.split(",")], [])))
+    random.Random(tcfg.seed).shuffle(pairs)
+    return pairs[:tcfg.n_eval], pairs[tcfg.n_eval:]
 
 
 def chat_ids(tok, prompt, response=None):
@@ -143,16 +143,16 @@ class FeatureHook:
 
 
 @torch.no_grad()
-def generate_batch(model, tok, prompts, cfg, hook, max_time=None):
+def generate_batch(model, tok, prompts, tcfg, hook, max_time=None):
     """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])].
     max_time: seconds, after which the generations end where they are (transformers' max_time)."""
-    seqs = [chat_ids(tok, p)[-cfg.max_prompt:] for p in prompts]
+    seqs = [chat_ids(tok, p)[-tcfg.max_prompt:] for p in prompts]
     P = max(len(s) for s in seqs)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     ids = torch.tensor([[pad] * (P - len(s)) + s for s in seqs]).to(model.device)
     att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs]).to(model.device)
     hook.take()
-    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=cfg.max_new, do_sample=False,
+    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=tcfg.max_new, do_sample=False,
                          pad_token_id=pad, eos_token_id=tok.eos_token_id, max_time=max_time)
     feats = torch.cat(hook.take(), 1)  # [B, P + G - 1, d]
     res = []
@@ -168,8 +168,8 @@ def generate_batch(model, tok, prompts, cfg, hook, max_time=None):
 
 
 @torch.no_grad()
-def teacher_force_batch(model, tok, pairs, cfg, hook):
-    seqs = [chat_ids(tok, p, a)[:cfg.max_prompt + cfg.max_new] for p, a in pairs]
+def teacher_force_batch(model, tok, pairs, tcfg, hook):
+    seqs = [chat_ids(tok, p, a)[:tcfg.max_prompt + tcfg.max_new] for p, a in pairs]
     T = max(len(s) for s in seqs)
     ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs]).to(model.device)
     att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs]).to(model.device)
@@ -179,37 +179,37 @@ def teacher_force_batch(model, tok, pairs, cfg, hook):
     return [(torch.tensor(s, dtype=torch.int32), feats[b, :len(s)].to(torch.float16).cpu()) for b, s in enumerate(seqs)]
 
 
-def build_cache(model, tok, cfg, pairs):
+def build_cache(model, tok, tcfg, pairs):
     """Fill DIR/cache/shard_*.pt (resumable: existing shards are kept)."""
-    cdir = os.path.join(cfg.out, "cache")
+    cdir = os.path.join(tcfg.out, "cache")
     os.makedirs(cdir, exist_ok=True)
-    n = cfg.self_distill if cfg.self_distill else len(pairs)
+    n = tcfg.self_distill if tcfg.self_distill else len(pairs)
     pairs = pairs[:n]
     hook = FeatureHook(model)
-    n_shards = math.ceil(len(pairs) / cfg.shard_size)
-    have = cached_tokens(cfg.out)
+    n_shards = math.ceil(len(pairs) / tcfg.shard_size)
+    have = cached_tokens(tcfg.out)
     t0, made = time.time(), 0
     for i in range(n_shards):
         path = os.path.join(cdir, f"shard_{i:05d}.pt")
         if os.path.exists(path):
             continue
-        if cfg.max_tokens and have >= cfg.max_tokens or cfg.gen_minutes and time.time() - t0 > cfg.gen_minutes * 60:
+        if tcfg.max_tokens and have >= tcfg.max_tokens or tcfg.gen_minutes and time.time() - t0 > tcfg.gen_minutes * 60:
             break
-        chunk = pairs[i * cfg.shard_size:(i + 1) * cfg.shard_size]
+        chunk = pairs[i * tcfg.shard_size:(i + 1) * tcfg.shard_size]
         chunk = sorted(chunk, key=lambda pa: len(pa[0]))  # similar lengths share a batch: less padding
         rows = []
-        for j in range(0, len(chunk), cfg.gen_batch):
-            part = chunk[j:j + cfg.gen_batch]
-            if cfg.self_distill:
-                left = cfg.gen_minutes * 60 - (time.time() - t0) if cfg.gen_minutes else None
-                rows += generate_batch(model, tok, [p for p, _ in part], cfg, hook, max(left, 1.0) if left else None)
+        for j in range(0, len(chunk), tcfg.gen_batch):
+            part = chunk[j:j + tcfg.gen_batch]
+            if tcfg.self_distill:
+                left = tcfg.gen_minutes * 60 - (time.time() - t0) if tcfg.gen_minutes else None
+                rows += generate_batch(model, tok, [p for p, _ in part], tcfg, hook, max(left, 1.0) if left else None)
             else:
-                rows += teacher_force_batch(model, tok, part, cfg, hook)
+                rows += teacher_force_batch(model, tok, part, tcfg, hook)
         save_rows(path, rows)
         ntok = sum(len(r[0]) for r in rows)
         have += ntok
         made += ntok
-        logger(cfg)(f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
+        logger(tcfg)(f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
     hook.h.remove()
 
 
@@ -218,18 +218,18 @@ def save_rows(path, rows) -> None:
     write_atomic(path, lambda tmp: torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, tmp))
 
 
-def build_heldout(model, tok, cfg, pairs):
-    """DIR/heldout.pt: the target's greedy generations of cfg.holdout eval-split prompts (never trained on)."""
-    path = os.path.join(cfg.out, "heldout.pt")
-    if not cfg.holdout or os.path.exists(path):
+def build_heldout(model, tok, tcfg, pairs):
+    """DIR/heldout.pt: the target's greedy generations of tcfg.holdout eval-split prompts (never trained on)."""
+    path = os.path.join(tcfg.out, "heldout.pt")
+    if not tcfg.holdout or os.path.exists(path):
         return
     hook = FeatureHook(model)
     rows = []
-    for j in range(0, cfg.holdout, cfg.gen_batch):
-        rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + cfg.gen_batch, cfg.holdout)]], cfg, hook)
+    for j in range(0, tcfg.holdout, tcfg.gen_batch):
+        rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + tcfg.gen_batch, tcfg.holdout)]], tcfg, hook)
     hook.h.remove()
     save_rows(path, rows)
-    logger(cfg)(f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
+    logger(tcfg)(f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
 
 
 def cached_tokens(out):
@@ -281,16 +281,16 @@ def target_weights(L, start, prompt_w):
     return w
 
 
-def sample_batch(ids, feats, cfg, rng, starts=None):
+def sample_batch(ids, feats, tcfg, rng, starts=None):
     """B random windows of <= seq_len tokens, padded at the end. -> X [B,T], Fe [B,T,d], weight [B,T]
-    (0 on padding, cfg.prompt_w on prompt targets when `starts` gives each sequence's response start)."""
-    rows = [rng.randrange(len(ids)) for _ in range(cfg.batch)]
+    (0 on padding, tcfg.prompt_w on prompt targets when `starts` gives each sequence's response start)."""
+    rows = [rng.randrange(len(ids)) for _ in range(tcfg.batch)]
     wins = []
     for r in rows:
         L = len(ids[r])
-        s = rng.randrange(max(1, L - cfg.seq_len + 1))
-        w = target_weights(L, starts[r], cfg.prompt_w) if starts else torch.ones(L)
-        wins.append((ids[r][s:s + cfg.seq_len].long(), feats[r][s:s + cfg.seq_len].float(), w[s:s + cfg.seq_len]))
+        s = rng.randrange(max(1, L - tcfg.seq_len + 1))
+        w = target_weights(L, starts[r], tcfg.prompt_w) if starts else torch.ones(L)
+        wins.append((ids[r][s:s + tcfg.seq_len].long(), feats[r][s:s + tcfg.seq_len].float(), w[s:s + tcfg.seq_len]))
     T = max(len(w[0]) for w in wins)
     X = torch.zeros(len(wins), T, dtype=torch.long)
     Fe = torch.zeros(len(wins), T, feats[0].shape[-1])
@@ -316,15 +316,15 @@ def shift(x, s, fill=0):
     return out
 
 
-def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
-    """EAGLE loss with training-time test over cfg.depth steps. Returns (loss, stats)."""
+def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg):
+    """EAGLE loss with training-time test over tcfg.depth steps. Returns (loss, stats)."""
     B, T = X.shape
     L = T - 1
     Fe = head.target_in(Fe)
     pos = torch.arange(1, L + 1, device=X.device).expand(B, L)
     feat, keys, vals = Fe[:, :L], [], []
     loss, stats = 0.0, {}
-    for s in range(1, cfg.depth + 1):
+    for s in range(1, tcfg.depth + 1):
         ids, tgt = shift(X, s), shift(Fe, s)
         ok = shift(valid, s, 0)
         mask = None if s == 1 else ttt_mask(L, s).to(X.device)
@@ -339,7 +339,7 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
             p = F.softmax(head.head_in(tgt) @ W_S.T, -1)
         lt = (-(p * logq).sum(-1) * m).sum() / n
         w = 0.8 ** (s - 1)
-        loss = loss + w * (cfg.feat_w * lf + cfg.tok_w * lt)
+        loss = loss + w * (tcfg.feat_w * lf + tcfg.tok_w * lt)
         with torch.no_grad():
             acc = ((logq.argmax(-1) == p.argmax(-1)).float() * m).sum() / n
         stats[f"f{s}"], stats[f"t{s}"], stats[f"a{s}"] = lf.item(), lt.item(), acc.item()
@@ -347,8 +347,8 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, cfg):
     return loss, stats
 
 
-def warmup_steps(cfg) -> int:
-    return min(50, cfg.steps // 10 + 1)
+def warmup_steps(tcfg) -> int:
+    return min(50, tcfg.steps // 10 + 1)
 
 
 def save_ckpt(path, head, opt, step, rng, extra):
@@ -356,29 +356,29 @@ def save_ckpt(path, head, opt, step, rng, extra):
                            "torch_rng": torch.get_rng_state(), **extra})
 
 
-def new_head(model, cfg):
-    ecfg = EagleConfig(target=cfg.target, final_norm=cfg.final_norm, depth_trained=cfg.depth,
-                       feature="pre_norm" if cfg.final_norm else "post_norm")
+def new_head(model, tcfg):
+    ecfg = EagleConfig(target=tcfg.target, final_norm=tcfg.final_norm, depth_trained=tcfg.depth,
+                       feature="pre_norm" if tcfg.final_norm else "post_norm")
     head = init_from_target(EagleHead(model.config, ecfg), model).to(model.device).attach(model)
-    if cfg.init.endswith(".pt"):
-        head.load_state_dict(load_checkpoint(cfg.init, map_location=model.device)["head"])
-    elif cfg.init:
+    if tcfg.init.endswith(".pt"):
+        head.load_state_dict(load_checkpoint(tcfg.init, map_location=model.device)["head"])
+    elif tcfg.init:
         from safetensors.torch import load_file
-        sd = load_file(os.path.join(cfg.init, "eagle.safetensors"))
+        sd = load_file(os.path.join(tcfg.init, "eagle.safetensors"))
         head.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     return head
 
 
 @torch.no_grad()
-def heldout_agreement(head, W, held, sigma, cfg):
+def heldout_agreement(head, W, held, sigma, tcfg):
     """Top-1 agreement with the target over the FULL vocabulary on the held-out generations' response
     targets only, per training-time-test depth (teacher-forced features, as in draft_losses)."""
     ids, feats, starts = held
     tot, n = {}, 0.0
     for x, f, s in zip(ids, feats, starts):
         w = target_weights(len(x), s, 0.0)[None].to(W.device)
-        with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-            _, st = draft_losses(head, W, x.long()[None].to(W.device), f.float()[None].to(W.device), w, sigma, cfg)
+        with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=tcfg.amp):
+            _, st = draft_losses(head, W, x.long()[None].to(W.device), f.float()[None].to(W.device), w, sigma, tcfg)
         k = float(w[0, 1:].sum())
         for key in st:
             if key.startswith("a"):
@@ -391,9 +391,9 @@ def agreement_text(d) -> str:
     return " ".join(f"{k}={v:.3f}" for k, v in d.items() if k != "step")
 
 
-def load_heldout(cfg, marker):
+def load_heldout(tcfg, marker):
     """(ids, feats, response starts) of DIR/heldout.pt, or None."""
-    path = os.path.join(cfg.out, "heldout.pt")
+    path = os.path.join(tcfg.out, "heldout.pt")
     if not os.path.exists(path):
         return None
     h = torch.load(path)
@@ -413,11 +413,11 @@ def resume(path, head, opt, rng, neg_gen) -> dict:
             "run": c.get("run", {})}
 
 
-def train_step(head, opt, W_S, batch, sigma, cfg):
+def train_step(head, opt, W_S, batch, sigma, tcfg):
     """One AdamW step on the draft losses of `batch` (X, Fe, valid); returns (loss, stats)."""
     X, Fe, valid = batch
-    with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-        loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, cfg)
+    with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=tcfg.amp):
+        loss, st = draft_losses(head, W_S, X, Fe, valid, sigma, tcfg)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -425,80 +425,80 @@ def train_step(head, opt, W_S, batch, sigma, cfg):
     return loss, st
 
 
-def finish(model, tok, cfg, head, card) -> dict:
+def finish(model, tok, tcfg, head, card) -> dict:
     """After training: the engine's tau with the new head, then DIR/training_card.md; returns the tau table."""
     if card["held"]:
-        logger(cfg)(f"held-out response agreement at the end: {agreement_text(card['held'])}")
-    prompts, card["eval_src"] = eval_prompts(cfg)
+        logger(tcfg)(f"held-out response agreement at the end: {agreement_text(card['held'])}")
+    prompts, card["eval_src"] = eval_prompts(tcfg)
     card["eval_n"] = len(prompts)
-    acc = engine_tau(card_pipeline(model, tok, head, cfg.target), prompts) if prompts else {}
-    write_card(cfg, card, acc)
-    logger(cfg)(f"done: {json.dumps(acc)}")
+    acc = engine_tau(card_pipeline(model, tok, head, tcfg.target), prompts) if prompts else {}
+    write_card(tcfg, card, acc)
+    logger(tcfg)(f"done: {json.dumps(acc)}")
     return acc
 
 
-def train(model, tok, cfg):
-    log = logger(cfg)
-    ids, feats = load_cache(cfg.out)
+def train(model, tok, tcfg):
+    log = logger(tcfg)
+    ids, feats = load_cache(tcfg.out)
     ntok = sum(len(i) for i in ids)
     marker = response_marker(tok)
     starts = [response_start(x, marker) for x in ids]
-    held = load_heldout(cfg, marker)
-    head = new_head(model, cfg)
+    held = load_heldout(tcfg, marker)
+    head = new_head(model, tcfg)
     W = model.get_output_embeddings().weight.detach()
-    sub = token_subset(ids, W.shape[0], cfg.vocab_subset - cfg.negatives if cfg.vocab_subset else 0)
+    sub = token_subset(ids, W.shape[0], tcfg.vocab_subset - tcfg.negatives if tcfg.vocab_subset else 0)
     with torch.no_grad():
         sigma = feature_scale([head.target_in(f.float().to(W.device)) for f in feats[:200]])
-    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    rng = random.Random(cfg.seed)
-    neg_gen = torch.Generator().manual_seed(cfg.seed)
-    ck = os.path.join(cfg.out, "ckpt.pt")
+    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=tcfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng = random.Random(tcfg.seed)
+    neg_gen = torch.Generator().manual_seed(tcfg.seed)
+    ck = os.path.join(tcfg.out, "ckpt.pt")
     st = resume(ck, head, opt, rng, neg_gen)
     step, hist = st["step"], st["hist"]
     if step:
         log(f"resumed at step {step}")
     resp = sum(len(x) - s for x, s in zip(ids, starts))
-    log(f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {cfg.steps}")
-    check = lambda: heldout_agreement(head, W, held, sigma, cfg) if held else {}
+    log(f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {tcfg.steps}")
+    check = lambda: heldout_agreement(head, W, held, sigma, tcfg) if held else {}
     held0 = check()
     held_first = st["held0"] or held0
     if held0:
         log(f"held-out response agreement at step {step}: {agreement_text(held0)}")
     from tqdm import tqdm
-    bar = tqdm(total=cfg.steps, initial=step, mininterval=10)
-    clock, warm = Stopwatch(st["spent"]), warmup_steps(cfg)
+    bar = tqdm(total=tcfg.steps, initial=step, mininterval=10)
+    clock, warm = Stopwatch(st["spent"]), warmup_steps(tcfg)
     t_ck, t0, seen, run = time.time(), time.time(), 0, st["run"]
-    frac = lambda: clock.seconds() / (cfg.minutes * 60) if cfg.minutes else 0.0
+    frac = lambda: clock.seconds() / (tcfg.minutes * 60) if tcfg.minutes else 0.0
     extra = lambda: {"hist": hist, "spent": clock.seconds(), "neg": neg_gen.get_state(), "held0": held_first,
                      "run": run}
-    while step < cfg.steps and frac() < 1.0:
-        set_lr(opt, lr_at(step, cfg.steps, cfg.lr, warm, frac()))
-        batch = tuple(t.to(W.device) for t in sample_batch(ids, feats, cfg, rng, starts))
-        W_S = W[with_negatives(sub, W.shape[0], cfg.negatives if cfg.vocab_subset else 0, neg_gen).to(W.device)]
-        loss, stats = train_step(head, opt, W_S, batch, sigma, cfg)
+    while step < tcfg.steps and frac() < 1.0:
+        set_lr(opt, lr_at(step, tcfg.steps, tcfg.lr, warm, frac()))
+        batch = tuple(t.to(W.device) for t in sample_batch(ids, feats, tcfg, rng, starts))
+        W_S = W[with_negatives(sub, W.shape[0], tcfg.negatives if tcfg.vocab_subset else 0, neg_gen).to(W.device)]
+        loss, stats = train_step(head, opt, W_S, batch, sigma, tcfg)
         step += 1
         seen += int((batch[2] > 0).sum())
         for k, v in stats.items():
             run[k] = 0.95 * run.get(k, v) + 0.05 * v
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", a1=f"{run['a1']:.3f}")
-        if due(step, cfg.log_every, cfg.steps):
+        if due(step, tcfg.log_every, tcfg.steps):
             msg = " ".join(f"{k}={v:.3f}" for k, v in sorted(run.items()))
-            log(f"step {step}/{cfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, cfg.steps, cfg.lr, warm, frac()):.2e} "
+            log(f"step {step}/{tcfg.steps} loss={loss.item():.3f} {msg} lr={lr_at(step, tcfg.steps, tcfg.lr, warm, frac()):.2e} "
                 f"{seen / (time.time() - t0):.0f} tok/s, {clock.seconds() / 60:.1f} min")
             hist.append({"step": step, **run})
-        if held and step % cfg.eval_every == 0:
+        if held and step % tcfg.eval_every == 0:
             hist.append({"step": step, **check()})
             log(f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
-        if time.time() - t_ck > cfg.ckpt_min * 60 or due(step, cfg.ckpt_every, cfg.steps):
+        if time.time() - t_ck > tcfg.ckpt_min * 60 or due(step, tcfg.ckpt_every, tcfg.steps):
             save_ckpt(ck, head, opt, step, rng, extra())
             t_ck = time.time()
     bar.close()
     save_ckpt(ck, head, opt, step, rng, extra())
-    save_head(head, cfg.out)
+    save_head(head, tcfg.out)
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
             "minutes": clock.seconds() / 60, "response": resp, "held0": held_first, "held": check()}
-    finish(model, tok, cfg, head, card)
+    finish(model, tok, tcfg, head, card)
     return 0
 
 
@@ -508,14 +508,14 @@ CARD_SHAPES = {"chain": {"shape": "chain", "gamma": 4}, "tree": {"shape": "tree"
 CARD_MAX_NEW = 64
 
 
-def eval_prompts(cfg) -> tuple:
-    """(the first cfg.eval_prompts shipped prompts, round robin over categories; their source)."""
+def eval_prompts(tcfg) -> tuple:
+    """(the first tcfg.eval_prompts shipped prompts, round robin over categories; their source)."""
     from core.prompts import load_prompts
     ps = load_prompts()
     cats = sorted({p.category for p in ps})
     by = [[p.text for p in ps if p.category == c] for c in cats]
     out = [b[i] for i in range(max(len(b) for b in by)) for b in by if i < len(b)]
-    return out[:cfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
+    return out[:tcfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
 
 
 def card_pipeline(model, tok, head, target_id):
@@ -547,27 +547,27 @@ def tau_row(r) -> str:
     return f"| {shape} | {r['steps']} | {r['tau']:.3f} |"
 
 
-def write_card(cfg, card, acc, path=None):
+def write_card(tcfg, card, acc, path=None):
     """DIR/training_card.md: data, loss, schedule, held-out agreement, and the engine's tau per shape (`acc`)."""
-    path = path or os.path.join(cfg.out, "training_card.md")
-    lines = [f"# EAGLE head for {cfg.target}", "",
+    path = path or os.path.join(tcfg.out, "training_card.md")
+    lines = [f"# EAGLE head for {tcfg.target}", "",
              "One LlamaDecoderLayer (init: the target's last layer) + fc [2d -> d] over [pre-norm last-layer feature; "
              "next-token embedding]; output -> the target's frozen final norm -> the target's LM head W.", "",
-             f"- data: {cfg.data}" + (f" (self-distilled: the target's greedy generations, max {cfg.max_new} new tokens, "
-                                    f"of {cfg.self_distill} prompts)" if cfg.self_distill else " (teacher forcing on responses)"),
+             f"- data: {tcfg.data}" + (f" (self-distilled: the target's greedy generations, max {tcfg.max_new} new tokens, "
+                                     f"of {tcfg.self_distill} prompts)" if tcfg.self_distill else " (teacher forcing on responses)"),
              f"- cached tokens: {card['tokens']} in {card['seqs']} sequences (prompt + response)",
-             f"- steps: {card['steps']}, batch {cfg.batch} x seq {cfg.seq_len}, lr {cfg.lr}, seed {cfg.seed}, "
-             f"training-time-test depth {cfg.depth}",
-             f"- loss: {cfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {cfg.tok_w} * "
-             f"CE(p_target || q) over the {card['subset']} most frequent ids of the cache + {cfg.negatives} random other "
-             f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={cfg.amp}",
-             f"- loss weight of prompt/chat-template targets: {cfg.prompt_w} (response targets 1); init: "
-             f"{cfg.init or 'the target last layer'}",
+             f"- steps: {card['steps']}, batch {tcfg.batch} x seq {tcfg.seq_len}, lr {tcfg.lr}, seed {tcfg.seed}, "
+             f"training-time-test depth {tcfg.depth}",
+             f"- loss: {tcfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {tcfg.tok_w} * "
+             f"CE(p_target || q) over the {card['subset']} most frequent ids of the cache + {tcfg.negatives} random other "
+             f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={tcfg.amp}",
+             f"- loss weight of prompt/chat-template targets: {tcfg.prompt_w} (response targets 1); init: "
+             f"{tcfg.init or 'the target last layer'}",
              f"- wall clock: {card.get('minutes', 0):.0f} min of training on "
-             + ("one CPU thread (shared machine)" if cfg.device == "cpu" else cfg.device),
+             + ("one CPU thread (shared machine)" if tcfg.device == "cpu" else tcfg.device),
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
-             f"- held-out response agreement (full vocabulary, {cfg.holdout} self-distilled eval-split prompts, "
+             f"- held-out response agreement (full vocabulary, {tcfg.holdout} self-distilled eval-split prompts, "
              "teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
                                                        for k, v in card.get("held", {}).items()), "",
              f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
@@ -582,15 +582,15 @@ def write_card(cfg, card, acc, path=None):
 
 # ---------------------------------------------------------------- CLI
 
-def tau_only(cfg) -> int:
-    """Print the card's acceptance table (engine_tau) of the saved head in cfg.init."""
+def tau_only(tcfg) -> int:
+    """Print the card's acceptance table (engine_tau) of the saved head in tcfg.init."""
     from core.spec.eagle import load_head
     from core.errors import SpecError
-    if not os.path.isfile(os.path.join(cfg.init, "eagle.safetensors")):
-        raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {cfg.init!r}")
-    model, tok = load_target(cfg.target, cfg.device)
-    prompts, src = eval_prompts(cfg)
-    acc = engine_tau(card_pipeline(model, tok, load_head(cfg.init, model).to(model.device), cfg.target), prompts)
+    if not os.path.isfile(os.path.join(tcfg.init, "eagle.safetensors")):
+        raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {tcfg.init!r}")
+    model, tok = load_target(tcfg.target, tcfg.device)
+    prompts, src = eval_prompts(tcfg)
+    acc = engine_tau(card_pipeline(model, tok, load_head(tcfg.init, model).to(model.device), tcfg.target), prompts)
     print(f"{len(prompts)} prompts of {src} x {CARD_MAX_NEW} new tokens")
     for r in acc.values():
         print(tau_row(r))
@@ -598,24 +598,24 @@ def tau_only(cfg) -> int:
 
 
 def main(argv=None):
-    cfg = parse_config(TrainConfig, sys.argv[1:] if argv is None else argv, "python -m core train-eagle")
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    if cfg.tau_only:
-        return tau_only(cfg)
-    os.makedirs(cfg.out, exist_ok=True)
-    model, tok = load_target(cfg.target, cfg.device)
+    tcfg = parse_config(TrainConfig, sys.argv[1:] if argv is None else argv, "python -m core train-eagle")
+    torch.set_num_threads(tcfg.threads)
+    torch.manual_seed(tcfg.seed)
+    if tcfg.tau_only:
+        return tau_only(tcfg)
+    os.makedirs(tcfg.out, exist_ok=True)
+    model, tok = load_target(tcfg.target, tcfg.device)
     for p in model.parameters():
         p.requires_grad_(False)
-    ev, tr = split_pairs(cfg)
-    build_cache(model.to(getattr(torch, cfg.cache_dtype)), tok, cfg, tr)
-    build_heldout(model, tok, cfg, ev)
-    model, tok = load_target(cfg.target, cfg.device)  # the exact fp32 target again (a bf16 round trip would round W)
+    ev, tr = split_pairs(tcfg)
+    build_cache(model.to(getattr(torch, tcfg.cache_dtype)), tok, tcfg, tr)
+    build_heldout(model, tok, tcfg, ev)
+    model, tok = load_target(tcfg.target, tcfg.device)  # the exact fp32 target again (a bf16 round trip would round W)
     for p in model.parameters():
         p.requires_grad_(False)
-    if cfg.cache_only:
+    if tcfg.cache_only:
         return 0
-    return train(model, tok, cfg)
+    return train(model, tok, tcfg)
 
 
 if __name__ == "__main__":

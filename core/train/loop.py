@@ -1,7 +1,7 @@
 """The trainers' shared skeleton (train-eagle, train-slim): CLI from a config dataclass, the lr schedule,
 a progress log, training time across resumes, and resumable atomic checkpoints.
 
-    cfg = parse_config(TrainConfig, argv, "python -m core train-x")   # --field-name per dataclass field
+    tcfg = parse_config(TrainConfig, argv, "python -m core train-x")   # --field-name per dataclass field
     log = progress_log(path)                  # log(msg): stdout + the file, time-stamped
     ck = load_checkpoint(path, settings)      # None, or the dict save_checkpoint wrote (same settings)
     set_lr(opt, lr_at(step, steps, lr, warmup, frac))
