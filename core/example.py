@@ -15,7 +15,7 @@ from pathlib import Path
 
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.models import DEFAULT_MODEL
+from core.models import DEFAULT_MODEL, draft_defaults
 from core.stats import compare_to_ar, summarize
 from core.trace import StepRecord
 from viz.tracefile import add_vocab, missing_ids, new_trace, round_floats, save_trace
@@ -25,14 +25,16 @@ APP_MAX_NEW_TOKENS = 64  # the app's default generation length (its slider start
 EXAMPLES = {  # offline model pair (model, draft) -> shipped example trace
     (DEFAULT_MODEL, "auto"): ASSETS / "example_trace.json",
     (DEFAULT_MODEL, "self"): ASSETS / "example_trace_self.json",
+    ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"): ASSETS / "example_trace_qwen.json",
 }
 
 
 # ---------------------------------------------------------------- recording
 
-def app_config(method: str = "nanospec", vocab_size=None) -> SpecConfig:
-    """The config the app runs with its settings untouched."""
-    return SpecConfig(method=method, max_new_tokens=APP_MAX_NEW_TOKENS).validate(vocab_size=vocab_size)
+def app_config(method: str = "nanospec", vocab_size=None, model_id=None) -> SpecConfig:
+    """The config the app runs with its settings untouched (the model's measured draft defaults, if any)."""
+    return SpecConfig(method=method, max_new_tokens=APP_MAX_NEW_TOKENS,
+                      **draft_defaults(model_id)).validate(vocab_size=vocab_size)
 
 
 def default_prompt() -> str:
@@ -193,7 +195,7 @@ def make_example(model_id: str, draft: str, prompt: str | None = None, method: s
     """One shipped example: the app's default run of `prompt` and its AR baseline, with provenance."""
     from core.pipeline import Pipeline
     pipe = Pipeline.load(model_id=model_id, draft=draft)
-    prompt, cfg = prompt or default_prompt(), app_config(method, pipe.vocab_size)
+    prompt, cfg = prompt or default_prompt(), app_config(method, pipe.vocab_size, model_id)
     load, t0 = os.getloadavg(), time.perf_counter()
     run_like_app(pipe, prompt, cfg)  # warm-up: caches, kernels, allocator
     trace = run_like_app(pipe, prompt, cfg)
@@ -210,11 +212,14 @@ def main(argv=None) -> int:
                                 description="regenerate the shipped example traces from the current defaults")
     p.add_argument("--prompt", default=None, help="default: the app's default prompt")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--model", default=None, help="only the examples of this target (default: every shipped one)")
     args = p.parse_args(argv)
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
     for (model_id, draft), path in EXAMPLES.items():
+        if args.model and model_id != args.model:
+            continue
         trace = make_example(model_id, draft, args.prompt)
         save_trace(trace, path)
         s, b = trace["meta"]["summary"], trace["meta"]["baseline"]["summary"]

@@ -13,7 +13,7 @@ def test_example_config_prompt_and_head_are_the_apps(pair):
     model_id, draft = pair
     m = load_trace(EXAMPLES[pair])["meta"]
     assert m["model"] == model_id and m["pair"] == draft and m["prompt"] == default_prompt(), STALE
-    assert m["cfg"] == app_config(m["method"]).to_dict(), STALE
+    assert m["cfg"] == app_config(m["method"], model_id=model_id).to_dict(), STALE
     assert m["head_sha256"] == sha256_of(head_file(model_id, draft)), STALE
 
 
