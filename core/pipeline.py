@@ -124,8 +124,12 @@ class Pipeline:
         return self._slim_path(rank or max(self.drafter.head_weight.shape[1] // 8, 1)) is not None
 
     def _slim_path(self, rank):
-        path = head_dir(self.model_id) / f"slim_r{rank}.safetensors"
-        return path if self.draft_name == "eagle" and path.exists() else None
+        """The trained factors of the drafter's head: beside the EAGLE head, or under the draft model's own name."""
+        if self.draft_name in ("self", "context"):
+            return None
+        owner = self.model_id if self.draft_name == "eagle" else self.draft_name
+        path = head_dir(owner) / f"slim_r{rank}.safetensors"
+        return path if path.exists() else None
 
     def _trained_slim(self, rank):
         path = self._slim_path(rank)

@@ -250,3 +250,16 @@ def test_the_trained_heads_card_reports_the_engines_tau(tmp_path):
     acc = te.engine_tau(te.card_pipeline(model, tok, head, tcfg.target), te.eval_prompts(tcfg)[0])
     card = (tmp_path / "training_card.md").read_text()
     assert all(te.tau_row(r) in card for r in acc.values()) and len(acc) == 2
+
+
+def test_a_draft_models_slim_inputs_are_its_final_hidden_states_at_the_response_positions():
+    from core.tiny import tiny_model, tiny_tokenizer
+    from core.train.slim import model_inputs
+    model, tok = tiny_model(), tiny_tokenizer()
+    pairs = [("w5 w6", "w7 w8 w9"), ("w10", "w11 w12")]  # no chat template: prompt ids, then the response's
+    h = model_inputs(model, tok, pairs, n_tokens=100, batch=2)
+    ref = [model(torch.tensor([tok(p + " " + a)["input_ids"]]), output_hidden_states=True).hidden_states[-1][0]
+           for p, a in pairs]
+    starts = [len(tok(p)["input_ids"]) for p, _ in pairs]
+    torch.testing.assert_close(h, torch.cat([r[s:] for r, s in zip(ref, starts)]), atol=1e-5, rtol=1e-5)
+    assert h.shape == (5, 64)

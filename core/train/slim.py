@@ -2,12 +2,14 @@
 
 W [V, d] ~ W_up [V, r] @ W_down [r, d]: initialised by truncated SVD of W, then trained with Adam on forward
 KL(softmax(W h) || softmax(W_up W_down h)) (+ --ce-w x cross-entropy of the low-rank head at the full head's
-argmax) over head inputs h = the EAGLE head's outputs on the cached training data. lr: linear warmup, then
+argmax) over head inputs h: the EAGLE head's outputs on the cached training data (--head DIR), or a draft model's own
+final hidden states on teacher-forced corpus responses (--head MODEL, factors of that model's LM head). lr: linear warmup, then
 cosine down to 10%. A long run is resumable: every --ckpt-every steps OUT/slim_ckpt.pt (factors, Adam state,
 step, batch RNG) is written atomically and a rerun with the same settings continues from it (--steps may be
 raised); progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
 Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down) and appends a line to OUT/training_card.md.
 """
+import glob
 import json
 import os
 import random
@@ -18,16 +20,21 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
+from core.pipeline import head_dir
 from core.spec.heads import svd_factors
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
 @dataclass
 class SlimConfig:
-    head: str = field(metadata={"help": "the EAGLE head's dir (eagle.safetensors + config.json)"})
-    out: str | None = field(default=None, metadata={"help": "output dir (default: --head)"})
+    head: str = field(metadata={"help": "an EAGLE head's dir (eagle.safetensors + config.json), or a draft model's "
+                                        "id or alias (its own LM head, on its final hidden states)"})
+    out: str | None = field(default=None, metadata={"help": "output dir (default: --head's dir, or the model's "
+                                                              "assets/heads dir)"})
     rank: int = field(default=0, metadata={"help": "r (0 = d/8)"})
     cache: str = field(default="runs/eagle_smollm2", metadata={"help": "train-eagle --out dir holding cache/"})
+    data: str = field(default="../shared/data/instructions_*.jsonl", metadata={
+        "help": "a draft model's corpus: prompt/response JSONL globs, comma-separated"})
     tokens: int = 20000
     steps: int = 400
     batch: int = 256
@@ -166,8 +173,49 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
     return up.detach(), down.detach(), st["before"], after or held_out(W, up, down, val)  # the last step's eval
 
 
+def is_eagle_dir(head: str) -> bool:
+    return os.path.isfile(os.path.join(head, "eagle.safetensors"))
+
+
+@torch.no_grad()
+def model_inputs(model, tok, pairs, n_tokens, max_len=512, batch=8):
+    """h [N, d]: the model's final (normed) hidden states at the response positions of teacher-forced
+    (prompt, response) chats, in the given order, until n_tokens."""
+    from core.train.eagle import chat_ids
+    hs, n = [], 0
+    for i in range(0, len(pairs), batch):
+        seqs = [(len(chat_ids(tok, p)), chat_ids(tok, p, a)[:max_len]) for p, a in pairs[i:i + batch]]
+        T = max(len(s) for _, s in seqs)
+        ids = torch.tensor([s + [0] * (T - len(s)) for _, s in seqs])
+        att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for _, s in seqs])
+        out = model.model(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, d], after the final norm
+        for b, (start, s) in enumerate(seqs):
+            hs.append(out[b, min(start, len(s) - 1):len(s)].float())
+            n += len(hs[-1])
+        if n >= n_tokens:
+            break
+    return torch.cat(hs)[:n_tokens]
+
+
+def load_model_inputs(a):
+    """(W [V, d], h [N, d]): a draft model's LM head and its hidden states on a.tokens corpus positions, in the
+    dtype the draft runs in (bf16 where the fast runtime is exact in it)."""
+    from core.models import load_model
+    from core.pipeline import inference_dtype
+    from core.train.eagle import read_pairs
+    model, tok = load_model(a.head, device="cpu", dtype=inference_dtype("cpu"))
+    pairs = read_pairs(sorted(sum([glob.glob(p) for p in a.data.split(",")], [])))
+    if not pairs:
+        raise SystemExit(f"train-slim: no prompt/response pairs in {a.data}")
+    random.Random(a.seed).shuffle(pairs)
+    W = model.get_output_embeddings().weight.detach().float()
+    return W, model_inputs(model, tok, pairs, a.tokens)
+
+
 def load_inputs(a):
     """(W [V, d], h [N, d]): the target's LM head and the EAGLE head's outputs on a.tokens cached inputs."""
+    if not is_eagle_dir(a.head):
+        return load_model_inputs(a)
     from core.spec.eagle import load_head
     from core.train.eagle import load_cache, load_target
     with open(os.path.join(a.head, "config.json")) as f:
@@ -187,9 +235,11 @@ def save_factors(path, up, down):
 
 def card_line(a, name, W, r, n, before, after, secs):
     ce = f" + {a.ce_w} x CE(argmax of the full head)" if a.ce_w else ""
+    src = (f"EAGLE head inputs of {a.head} from {a.cache}'s cache" if is_eagle_dir(a.head) else
+           f"final hidden states of {a.head} at the response positions of teacher-forced {a.data}")
     return (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], SVD init then {a.steps} Adam "
             f"steps (batch {a.batch}, lr {a.lr}, warmup + cosine to 10%) of forward KL(full || low-rank){ce} on {n} "
-            f"EAGLE head inputs of {a.head} from {a.cache}'s cache (seed {a.seed}); held-out KL {before[0]:.3f} -> "
+            f"{src} (seed {a.seed}); held-out KL {before[0]:.3f} -> "
             f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%} "
             f"({secs:.0f} s of training)")
 
@@ -198,7 +248,7 @@ def main(argv=None):
     a = parse_config(SlimConfig, sys.argv[1:] if argv is None else argv, "python -m core train-slim")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    out = a.out or a.head
+    out = a.out or (a.head if is_eagle_dir(a.head) else str(head_dir(a.head)))
     os.makedirs(out, exist_ok=True)
     log = progress_log(os.path.join(out, "slim_progress.log"))
     W, h = load_inputs(a)
