@@ -106,7 +106,7 @@ def _run_tab(example: dict, hub: bool) -> dict:
                         example_labels=[example_label(c, p) for c, p in examples],
                         label="Examples (conv · mt · summ · qa · math · rag · code)")
             ui["model"] = gr.Dropdown(choices=model_choices(hub), value=model_choices(hub)[0][1],
-                                      label="Model ← draft",
+                                      label="Model ← draft", elem_id="model-dd",
                                       info="Target model and its drafter (Hub pairs appear when the Hub is reachable).")
             ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
                                     info="ar plain · full full-vocab head · frspec static top-K · nanospec "

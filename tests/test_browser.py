@@ -238,3 +238,27 @@ def test_stop_cancels_and_the_next_run_works(browser, url):
     note = page.locator("#source-note").inner_text()
     assert "your run" in note, note
     page.close()
+
+
+QWEN = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
+
+
+def qwen_cached() -> bool:
+    from core.models import converted_dir
+    return all((converted_dir(m) / "config.json").is_file() for m in QWEN)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not qwen_cached(), reason="the Qwen pair is not converted in the cache (first use: ~6 min, 1.6 GB)")
+def test_the_qwen_pair_shows_its_example_then_runs_losslessly(browser, url):
+    page = open_page(browser, url)
+    page.locator("#model-dd input").click()
+    page.get_by_role("option", name="Qwen2.5-Coder-1.5B", exact=False).click()
+    page.wait_for_selector(f"#source-note :text('{QWEN[0]}')", timeout=60_000)  # the pair's shipped example
+    assert page.locator("#summary .badge-ok").count() == 1
+    set_max_tokens(page, str(RUN_TOKENS))
+    page.locator("#run-btn").click()
+    page.wait_for_selector("#source-note :text('your run')", timeout=600_000)  # loads the pair on first use
+    assert QWEN[0] in page.locator("#source-note").inner_text()
+    assert page.locator("#summary .badge-ok").count() == 1, "no lossless verdict"
+    page.close()
