@@ -51,6 +51,12 @@ def head_dir(model_id) -> Path:
     return ASSETS / "heads" / (model_alias(model_id) or model_id.replace("/", "--"))
 
 
+def slim_file(rank: int, own: bool) -> str:
+    """SlimSpec factors' file name in head_dir: trained on the EAGLE head's outputs, or on the model's own final
+    hidden states (own: the factors a model gets as a draft model, of another target or of itself)."""
+    return f"slim_own_r{rank}.safetensors" if own else f"slim_r{rank}.safetensors"
+
+
 def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto") -> tuple:
     """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
     "eagle", or a draft model id sharing the target's tokenizer."""
@@ -124,11 +130,12 @@ class Pipeline:
         return self._slim_path(rank or max(self.drafter.head_weight.shape[1] // 8, 1)) is not None
 
     def _slim_path(self, rank):
-        """The trained factors of the drafter's head: beside the EAGLE head, or under the draft model's own name."""
-        if self.draft_name in ("self", "context"):
+        """The trained factors of the drafter's head: beside the EAGLE head, or the draft model's own ("self": the
+        target's)."""
+        if self.drafter is None:
             return None
-        owner = self.model_id if self.draft_name == "eagle" else self.draft_name
-        path = head_dir(owner) / f"slim_r{rank}.safetensors"
+        owner = self.model_id if self.draft_name in ("eagle", "self") else self.draft_name
+        path = head_dir(owner) / slim_file(rank, own=self.draft_name != "eagle")
         return path if path.exists() else None
 
     def _trained_slim(self, rank):

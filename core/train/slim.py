@@ -7,7 +7,7 @@ final hidden states on teacher-forced corpus responses (--head MODEL, factors of
 cosine down to 10%. A long run is resumable: every --ckpt-every steps OUT/slim_ckpt.pt (factors, Adam state,
 step, batch RNG) is written atomically and a rerun with the same settings continues from it (--steps may be
 raised); progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
-Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down) and appends a line to OUT/training_card.md.
+Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for a model's own head) and appends a line to OUT/training_card.md.
 """
 import glob
 import json
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
-from core.pipeline import head_dir
+from core.pipeline import head_dir, slim_file
 from core.spec.heads import svd_factors
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
@@ -29,8 +29,8 @@ from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config
 class SlimConfig:
     head: str = field(metadata={"help": "an EAGLE head's dir (eagle.safetensors + config.json), or a draft model's "
                                         "id or alias (its own LM head, on its final hidden states)"})
-    out: str | None = field(default=None, metadata={"help": "output dir (default: --head's dir, or the model's "
-                                                              "assets/heads dir)"})
+    out: str | None = field(default=None, metadata={"help": "output dir (default: --head's dir, or "
+                                                              "runs/slim/<model>)"})
     rank: int = field(default=0, metadata={"help": "r (0 = d/8)"})
     cache: str = field(default="runs/eagle_smollm2", metadata={"help": "train-eagle --out dir holding cache/"})
     data: str = field(default="../shared/data/instructions_*.jsonl", metadata={
@@ -185,12 +185,15 @@ def model_inputs(model, tok, pairs, n_tokens, max_len=512, batch=8):
     hs, n = [], 0
     for i in range(0, len(pairs), batch):
         seqs = [(len(chat_ids(tok, p)), chat_ids(tok, p, a)[:max_len]) for p, a in pairs[i:i + batch]]
+        seqs = [(start, s) for start, s in seqs if start < len(s)]  # a response to learn from
+        if not seqs:
+            continue
         T = max(len(s) for _, s in seqs)
         ids = torch.tensor([s + [0] * (T - len(s)) for _, s in seqs])
         att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for _, s in seqs])
         out = model.model(input_ids=ids, attention_mask=att).last_hidden_state  # [B, T, d], after the final norm
         for b, (start, s) in enumerate(seqs):
-            hs.append(out[b, min(start, len(s) - 1):len(s)].float())
+            hs.append(out[b, start:len(s)].float())
             n += len(hs[-1])
         if n >= n_tokens:
             break
@@ -208,8 +211,22 @@ def load_model_inputs(a):
     if not pairs:
         raise SystemExit(f"train-slim: no prompt/response pairs in {a.data}")
     random.Random(a.seed).shuffle(pairs)
+    # similar lengths share a batch (less padding)
+    pairs = [x for i in range(0, len(pairs), 64) for x in sorted(pairs[i:i + 64], key=lambda pa: len(pa[0] + pa[1]))]
     W = model.get_output_embeddings().weight.detach().float()
-    return W, model_inputs(model, tok, pairs, a.tokens)
+    key = {"head": a.head, "data": a.data, "tokens": a.tokens, "seed": a.seed}
+    path = os.path.join(out_dir(a), "slim_inputs.pt")
+    if os.path.exists(path) and (cached := torch.load(path))["key"] == key:
+        return W, cached["h"]
+    h = model_inputs(model, tok, pairs, a.tokens)
+    write_atomic(path, lambda tmp: torch.save({"key": key, "h": h}, tmp))
+    return W, h
+
+
+def out_dir(a) -> str:
+    """--out, else the EAGLE head's dir, else runs/slim/<model> (copy slim_own_r*.safetensors and the card to
+    assets/heads/<model>/ to ship them)."""
+    return a.out or (a.head if is_eagle_dir(a.head) else os.path.join("runs", "slim", head_dir(a.head).name))
 
 
 def load_inputs(a):
@@ -248,18 +265,18 @@ def main(argv=None):
     a = parse_config(SlimConfig, sys.argv[1:] if argv is None else argv, "python -m core train-slim")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    out = a.out or (a.head if is_eagle_dir(a.head) else str(head_dir(a.head)))
+    out = out_dir(a)
     os.makedirs(out, exist_ok=True)
     log = progress_log(os.path.join(out, "slim_progress.log"))
     W, h = load_inputs(a)
     r = a.rank or W.shape[1] // 8
-    settings = {"head": a.head, "cache": a.cache, "rank": r, "tokens": a.tokens, "batch": a.batch, "lr": a.lr,
+    settings = {"head": a.head, "cache": a.cache if is_eagle_dir(a.head) else a.data, "rank": r, "tokens": a.tokens, "batch": a.batch, "lr": a.lr,
                 "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed}
     log(f"slim start {json.dumps(settings)} steps={a.steps} inputs={len(h)}")
     up, down, before, after = train_factors(W, h, r, a.steps, a.batch, a.lr, a.seed, log, a.ce_w, a.warmup,
                                             os.path.join(out, "slim_ckpt.pt"), a.ckpt_every, a.eval_every,
                                             settings=settings)
-    name = f"slim_r{r}.safetensors"
+    name = slim_file(r, own=not is_eagle_dir(a.head))
     save_factors(os.path.join(out, name), up, down)
     secs = load_checkpoint(os.path.join(out, "slim_ckpt.pt"))["state"]["elapsed"]
     line = card_line(a, name, W, r, len(h), before, after, secs)
