@@ -2,12 +2,13 @@
 
 W [V, d] ~ W_up [V, r] @ W_down [r, d]: initialised by truncated SVD of W, then trained with Adam on forward
 KL(softmax(W h) || softmax(W_up W_down h)) (+ --ce-w x cross-entropy of the low-rank head at the full head's
-argmax) over head inputs h: the EAGLE head's outputs on the cached training data (--head DIR), or a draft model's own
-final hidden states on teacher-forced corpus responses (--head MODEL, factors of that model's LM head). lr: linear warmup, then
-cosine down to 10%. A long run is resumable: every --ckpt-every steps OUT/slim_ckpt.pt (factors, Adam state,
-step, batch RNG) is written atomically and a rerun with the same settings continues from it (--steps may be
-raised); progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
-Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for a model's own head) and appends a line to OUT/training_card.md.
+argmax) over head inputs h: the EAGLE head's outputs on the cached training data (--head DIR), or a model's own
+final hidden states on teacher-forced corpus responses (--head MODEL: factors of that model's LM head, for it as a
+draft model). lr: linear warmup, then cosine down to 10%. A long run is resumable: every --ckpt-every steps
+OUT/slim_ckpt.pt (factors, Adam state, step, batch RNG) is written atomically and a rerun with the same settings
+continues from it (--steps may be raised); a model's inputs are kept in OUT/slim_inputs.pt; progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
+Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for --head MODEL) and appends a line to
+OUT/training_card.md.
 """
 import glob
 import json
@@ -270,8 +271,8 @@ def main(argv=None):
     log = progress_log(os.path.join(out, "slim_progress.log"))
     W, h = load_inputs(a)
     r = a.rank or W.shape[1] // 8
-    settings = {"head": a.head, "cache": a.cache if is_eagle_dir(a.head) else a.data, "rank": r, "tokens": a.tokens, "batch": a.batch, "lr": a.lr,
-                "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed}
+    settings = {"head": a.head, "cache": a.cache if is_eagle_dir(a.head) else a.data, "rank": r, "tokens": a.tokens,
+                "batch": a.batch, "lr": a.lr, "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed}
     log(f"slim start {json.dumps(settings)} steps={a.steps} inputs={len(h)}")
     up, down, before, after = train_factors(W, h, r, a.steps, a.batch, a.lr, a.seed, log, a.ce_w, a.warmup,
                                             os.path.join(out, "slim_ckpt.pt"), a.ckpt_every, a.eval_every,
