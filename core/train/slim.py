@@ -6,7 +6,8 @@ argmax) over head inputs h: the EAGLE head's outputs on the cached training data
 final hidden states on teacher-forced corpus responses (--head MODEL: factors of that model's LM head, for it as a
 draft model). lr: linear warmup, then cosine down to 10%. A long run is resumable: every --ckpt-every steps
 OUT/slim_ckpt.pt (factors, Adam state, step, batch RNG) is written atomically and a rerun with the same settings
-continues from it (--steps may be raised); a model's inputs are kept in OUT/slim_inputs.pt; progress goes to OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
+continues from it (--steps may be raised); a model's inputs are kept in OUT/slim_inputs.pt; progress goes to
+OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
 Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for --head MODEL) and appends a line to
 OUT/training_card.md.
 """
