@@ -20,6 +20,9 @@ from core.spec.stream import CandidateStream, StreamEvent
 class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
                  sources=SOURCES):
+        if down is not None and rows.device.type == "cpu" and rows.dtype == torch.bfloat16:
+            # the CPU low-rank product runs in fp32 (lowrank_logits_torch): cast the factors once, not per call
+            rows, down = rows.float(), down.float()
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
         self.vocab_size = rows.shape[0]
