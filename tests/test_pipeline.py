@@ -35,3 +35,24 @@ def test_inference_dtype_is_bf16_only_where_the_fast_runtime_runs_bf16_products(
     assert inference_dtype("cpu", runtime="eager") == torch.float32
     monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: False)
     assert inference_dtype("cpu") == torch.float32
+
+
+def pipeline_of(draft_name, model_id="qwen2.5-coder-1.5b-instruct"):
+    from types import SimpleNamespace
+    from core.pipeline import Pipeline
+    target = SimpleNamespace(runtime_name="fast", vocab_size=151936)
+    return Pipeline(model_id, None, None, target, drafter=SimpleNamespace(), draft_name=draft_name)
+
+
+def test_a_draft_model_gets_the_factors_trained_on_its_own_hidden_states():
+    from core.pipeline import slim_file
+    got = pipeline_of("qwen2.5-coder-0.5b-instruct")._slim_path(112)
+    assert got == head_dir("qwen2.5-coder-0.5b-instruct") / slim_file(112, own=True) and got.exists()
+
+
+def test_the_eagle_and_self_drafters_get_the_targets_factors_of_their_kind():
+    from core.pipeline import slim_file
+    model = "smollm2-135m-instruct"
+    assert pipeline_of("eagle", model)._slim_path(72) == head_dir(model) / slim_file(72, own=False)
+    assert pipeline_of("self", model)._slim_path(72) == head_dir(model) / slim_file(72, own=True)
+    assert pipeline_of("self", model)._slim_path(8) is None  # no factors at that rank: SVD
