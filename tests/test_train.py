@@ -253,7 +253,6 @@ def test_the_trained_heads_card_reports_the_engines_tau(tmp_path):
 
 
 def test_a_draft_models_slim_inputs_are_its_final_hidden_states_at_the_response_positions():
-    from core.tiny import tiny_model, tiny_tokenizer
     from core.train.slim import model_inputs
     model, tok = tiny_model(), tiny_tokenizer()
     pairs = [("w5 w6", "w7 w8 w9"), ("w10", "w11 w12")]  # no chat template: prompt ids, then the response's

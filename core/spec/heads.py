@@ -20,7 +20,8 @@ from core.spec.stream import CandidateStream, StreamEvent
 class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
                  sources=SOURCES):
-        if down is not None and rows.device.type == "cpu" and rows.dtype == torch.bfloat16:
+        cpu_bf16 = rows.device.type == "cpu" and rows.dtype == torch.bfloat16
+        if cpu_bf16 and down is not None:
             # the CPU low-rank product runs in fp32 (lowrank_logits_torch): cast the factors once, not per call
             rows, down = rows.float(), down.float()
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
@@ -30,7 +31,7 @@ class DraftHead:
         self.buf = None
         # bf16 rows on the CPU: the buffer holds them in fp32 (a [n, d] @ [d, |I|] product there is ~5x faster
         # than in bf16, which has no packed path for a buffer that changes every step); same values
-        dtype = torch.float32 if rows.device.type == "cpu" and rows.dtype == torch.bfloat16 and down is None else rows.dtype
+        dtype = torch.float32 if cpu_bf16 else rows.dtype
         if static_ids is not None:
             self.buf = rows.index_select(0, static_ids.to(rows.device)).to(dtype).contiguous()
         elif stream is not None:

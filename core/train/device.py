@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from core.pipeline import ASSETS, head_dir
+from core.pipeline import ASSETS, head_dir, slim_file
 
 TAU_COLS = ["head", "method", "shape", "prompt_id", "steps", "tokens", "tau"]
 DISTILL = Path("runs/chunks/distill_prompts.jsonl.gz")
@@ -95,7 +95,7 @@ def train_slim(ck, tcfg, model, budget: float) -> dict:
                                                eval_every=max(steps // 4, 1), log_every=1,
                                                max_seconds=0.1 * budget, init=init)
     steps = int(re.findall(r"slim step (\d+)/", logged[-1])[0])  # fewer than planned when the time ran out
-    name = f"slim_r{r}.safetensors"
+    name = slim_file(r, own=False)
     ts.save_factors(str(Path(tcfg.out) / name), up, down)
     a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=tcfg.out, cache=tcfg.out, seed=0)
     line = ts.card_line(a, name, W, r, len(h), before, after, time.time() - t0)
@@ -108,7 +108,7 @@ def train_slim(ck, tcfg, model, budget: float) -> dict:
 def shipped_factors(ck, r: int):
     """(W_up, W_down) shipped with the head the new one starts from, else None (SVD init)."""
     from safetensors.torch import load_file
-    path = shipped_head(ck) and shipped_head(ck) / f"slim_r{r}.safetensors"
+    path = shipped_head(ck) and shipped_head(ck) / slim_file(r, own=False)
     if not path or not path.is_file():
         return None
     sd = load_file(str(path))

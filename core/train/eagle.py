@@ -92,8 +92,13 @@ def read_pairs(files):
     return pairs
 
 
+def read_globs(spec: str):
+    """read_pairs over the files matching comma-separated globs, in sorted file order."""
+    return read_pairs(sorted(sum([glob.glob(p) for p in spec.split(",")], [])))
+
+
 def split_pairs(tcfg):
-    pairs = read_pairs(sorted(sum([glob.glob(p) for p in tcfg.data.split(",")], [])))
+    pairs = read_globs(tcfg.data)
     random.Random(tcfg.seed).shuffle(pairs)
     return pairs[:tcfg.n_eval], pairs[tcfg.n_eval:]
 

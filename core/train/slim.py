@@ -11,7 +11,6 @@ OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
 Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for --head MODEL) and appends a line to
 OUT/training_card.md.
 """
-import glob
 import json
 import os
 import random
@@ -207,9 +206,9 @@ def load_model_inputs(a):
     dtype the draft runs in (bf16 where the fast runtime is exact in it)."""
     from core.models import load_model
     from core.pipeline import inference_dtype
-    from core.train.eagle import read_pairs
+    from core.train.eagle import read_globs
     model, tok = load_model(a.head, device="cpu", dtype=inference_dtype("cpu"))
-    pairs = read_pairs(sorted(sum([glob.glob(p) for p in a.data.split(",")], [])))
+    pairs = read_globs(a.data)
     if not pairs:
         raise SystemExit(f"train-slim: no prompt/response pairs in {a.data}")
     random.Random(a.seed).shuffle(pairs)
