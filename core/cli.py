@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import replace
 
-from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS, CONTEXTS
+from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS, CONTEXTS, DRAFT_WEIGHTS
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
@@ -31,6 +31,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="offline alias or Hugging Face id (default: smollm2-135m-instruct)")
     p.add_argument("--draft", default="auto",
                    help="auto | self | eagle | context (prompt lookup alone) | a draft model id sharing the tokenizer")
+    p.add_argument("--draft-weights", default="auto", choices=DRAFT_WEIGHTS,
+                   help="a separate draft model's layer weights on the fast runtime: auto (int4 for a bf16 draft model, "
+                        "else its own) | model | int8 | int4; the target's verification keeps the output exact either way")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
@@ -69,7 +72,8 @@ def pipeline_from(args):
     from core.models import DEFAULT_MODEL
     from core.pipeline import Pipeline
     return Pipeline.load(args.model or DEFAULT_MODEL, draft=args.draft, runtime=args.runtime,
-                         dtype=torch_dtype(getattr(args, "dtype", "auto")))
+                         dtype=torch_dtype(getattr(args, "dtype", "auto")),
+                         draft_weights=getattr(args, "draft_weights", "auto"))
 
 
 def torch_dtype(name: str):

@@ -9,6 +9,7 @@ SHAPES = ("tree", "chain")
 WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
+DRAFT_WEIGHTS = ("auto", "model", "int8", "int4")  # a separate draft model's layer weights (fast runtime)
 SLIM_INITS = ("trained", "svd")
 CONTEXTS = ("off", "on")
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import torch
 
-from core.config import SpecConfig
+from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.spec.draft import ModelDrafter
 from core.spec.engine import generate
 from core.errors import SpecError
 from core.spec.heads import build_head, svd_factors
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
-from core.runtime.fast import make_runner
+from core.runtime.fast import FastConfig, make_runner
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _LOADED = {}
@@ -47,6 +47,12 @@ def runtime_note(runner) -> str:
     return f"{name} ({why}), {exact}" if why else f"{name}, {exact}"
 
 
+def draft_note(drafter) -> str:
+    """'; draft weights int4' where a draft model runs on quantized weights, else ''."""
+    weights = getattr(getattr(getattr(drafter, "runner", None), "fast_cfg", None), "weights", "model")
+    return f"; draft weights {weights}" if weights != "model" else ""
+
+
 def head_dir(model_id) -> Path:
     return ASSETS / "heads" / (model_alias(model_id) or model_id.replace("/", "--"))
 
@@ -57,9 +63,10 @@ def slim_file(rank: int, own: bool) -> str:
     return f"slim_own_r{rank}.safetensors" if own else f"slim_r{rank}.safetensors"
 
 
-def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto") -> tuple:
+def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto", draft_weights="auto") -> tuple:
     """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
-    "eagle", or a draft model id sharing the target's tokenizer."""
+    "eagle", or a draft model id sharing the target's tokenizer. draft_weights: a draft model's layer weights
+    (see draft_weights_of)."""
     if draft == "auto":
         draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
     if draft == "self":
@@ -72,7 +79,23 @@ def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto
         return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
     check_same_tokenizer(tokenizer, draft_tok)
-    return ModelDrafter(make_runner(draft_model, draft_tok, runtime), draft), draft
+    return model_drafter(draft_model, draft_tok, draft, runtime, draft_weights), draft
+
+
+def draft_weights_of(draft_weights: str, dtype) -> str:
+    """auto -> int4 for a bf16 draft model (measured: docs/qwen.md), else the model's own weights."""
+    if draft_weights not in DRAFT_WEIGHTS:
+        raise SpecError(f"unknown draft weights {draft_weights!r}: use {', '.join(DRAFT_WEIGHTS)}")
+    if draft_weights == "auto":
+        return "int4" if dtype == torch.bfloat16 else "model"
+    return draft_weights
+
+
+def model_drafter(draft_model, tokenizer, name, runtime="auto", draft_weights="auto"):
+    """A ModelDrafter on a separate draft model, its layer weights quantized as draft_weights says (the draft
+    only proposes: the target's verification keeps the output exact whatever the draft's weights)."""
+    weights = draft_weights_of(draft_weights, draft_model.dtype)
+    return ModelDrafter(make_runner(draft_model, tokenizer, runtime, FastConfig(weights=weights)), name)
 
 
 def load_fr_ranks(model_id, vocab_size):
@@ -91,7 +114,7 @@ class Pipeline:
         self.model_id, self.model, self.tokenizer = model_id, model, tokenizer
         self.target = target
         self.runtime_name = target.runtime_name
-        self.runtime_note = runtime_note(target)
+        self.runtime_note = runtime_note(target) + draft_note(drafter)
         self.vocab_size = target.vocab_size
         self.drafter, self.draft_name = drafter, draft_name
         self.fr_rank = fr_rank
@@ -99,9 +122,10 @@ class Pipeline:
         self.lock = threading.Lock()
 
     @classmethod
-    def load(cls, model_id=DEFAULT_MODEL, draft="auto", runtime="auto", device=None, dtype=None) -> "Pipeline":
+    def load(cls, model_id=DEFAULT_MODEL, draft="auto", runtime="auto", device=None, dtype=None,
+             draft_weights="auto") -> "Pipeline":
         """The factory: load the model, pick the runtime and the drafter; one Pipeline per settings per process."""
-        key = (model_id, draft, runtime, str(device), str(dtype))
+        key = (model_id, draft, runtime, str(device), str(dtype), draft_weights)
         with _LOAD_LOCK:
             if key not in _LOADED:
                 model, tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
@@ -110,10 +134,19 @@ class Pipeline:
                     # auto keeps bf16 only where its verify rows are exact; elsewhere fp32, whose ties are rarer
                     model, tokenizer = load_model(model_id, device=device, dtype=torch.float32)
                     target = make_runner(model, tokenizer, runtime)
-                drafter, draft_name = make_drafter(model_id, model, tokenizer, target, draft, runtime)
+                drafter, draft_name = make_drafter(model_id, model, tokenizer, target, draft, runtime, draft_weights)
                 _LOADED[key] = cls(model_id, model, tokenizer, target, drafter, draft_name,
                                    load_fr_ranks(model_id, target.vocab_size))
             return _LOADED[key]
+
+    def with_draft_weights(self, draft_weights: str) -> "Pipeline":
+        """This pipeline with its draft model's layer weights re-quantized (same target, draft model and tables);
+        itself where the drafter is not a separate draft model."""
+        if self.draft_name in ("self", "eagle", "context"):
+            return self
+        runner = self.drafter.runner
+        drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
+        return Pipeline(self.model_id, self.model, self.tokenizer, self.target, drafter, self.draft_name, self.fr_rank)
 
     def slim_factors(self, rank: int, init: str = "trained"):
         """init "trained": the SlimSpec factors shipped with the head when they match, else truncated SVD;

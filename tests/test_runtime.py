@@ -401,3 +401,35 @@ def test_eagle_drafter_on_fast_runtime_matches_eager():
             assert a == b
         else:
             torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_quantized_draft_model_keeps_greedy_exact_and_is_still_accepted(weights):
+    """A draft model's layer weights in int8 / int4 change only what it proposes: speculative greedy stays the
+    bf16 target's own greedy, bit for bit, and the quantized draft still gets multi-token steps accepted."""
+    from core.config import SpecConfig
+    from core.pipeline import model_drafter
+    from core.spec.engine import generate
+    from core.spec.heads import build_head
+    from core.stats import compare_to_ar
+
+    target, draft = (m.to(torch.bfloat16) for m in peaky_qwen2_pair())
+    prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(2)).tolist()
+    ar = list(generate(FastRunner(target), None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    drafter = model_drafter(draft, None, "tiny-draft", "fast", weights)
+    assert drafter.runner.fast_cfg.weights == weights and drafter.runner.layers[0]["wgu"].quant[0] == weights
+    cfg = SpecConfig(method="nanospec", max_new_tokens=40, w_max=48)
+    spec = list(generate(FastRunner(target), drafter, build_head("nanospec", drafter.head_weight, cfg), prompt, cfg))
+    assert compare_to_ar(spec, ar)["identical"]
+    assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
+
+
+def test_quantized_weights_stay_within_a_few_percent_of_the_models_own_products():
+    """int8 per channel / int4 per group of 64: the layer products of a draft model stay close to its bf16 ones."""
+    from core.runtime.fast import Forms, mm, quantize
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(96, 128, generator=g).bfloat16(), torch.randn(3, 128, generator=g)
+    ref = x @ w.float().t()
+    for kind, tol in (("int8", 0.02), ("int4", 0.2)):
+        err = (mm(x, Forms(quant=quantize(w, kind))) - ref).abs().max() / ref.abs().max()
+        assert err < tol, (kind, float(err))

@@ -6,6 +6,7 @@ them as JSON. Ratios only: absolute speeds on a shared machine are noise.
 """
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -16,20 +17,32 @@ from core.config import SpecConfig
 from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# name -> (method, options over the target's measured draft defaults); "hf" / "hf-assisted" run transformers
-VARIANTS = {"ar": ("ar", {}), "hf": ("hf", {}), "hf-assisted": ("hf-assisted", {}),
-            **{m: (m, {}) for m in ("full", "frspec", "nanospec", "slimspec", "nanoslim")},
-            **{f"{m}-chain{g}": (m, {"shape": "chain", "gamma": g}) for m in ("full", "nanospec") for g in (2, 3, 4, 5)},
-            **{f"nanospec-tree{d}x{k}x{n}": ("nanospec", {"depth": d, "top_k": k, "tree_size": n})
-               for d, k, n in ((4, 2, 8), (5, 2, 10), (4, 3, 10))},
-            **{f"{m}-noctx": (m, {"context": "off"}) for m in ("full", "nanospec")}}
+# a variant: METHOD[-chainG | -treeDxKxN][-noctx][-wWEIGHTS] over the target's measured draft defaults;
+# "hf" / "hf-assisted" run transformers
+VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
+                     r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
+                     r"(?P<noctx>-noctx)?(?:-w(?P<weights>model|int8|int4))?")
+EXAMPLES = "ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-chain3-wint4"
+
+
+def variant(name: str) -> tuple | None:
+    """name -> (method, options: SpecConfig fields, and draft_weights), or None if it does not parse."""
+    m = VARIANT.fullmatch(name)
+    if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)):
+        return None
+    opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
+    if m["depth"]:
+        opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
+    opts |= {"context": "off"} if m["noctx"] else {}
+    opts |= {"draft_weights": m["weights"]} if m["weights"] else {}
+    return m["method"], opts
 
 
 def parse(argv):
     p = argparse.ArgumentParser(prog="python -m core.experiments.bench_pair")
     p.add_argument("--model", required=True)
     p.add_argument("--draft", required=True)
-    p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=", ".join(VARIANTS))
+    p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=f"comma list, e.g. {EXAMPLES}")
     p.add_argument("--categories", default=None, help="comma list (default: all), one prompt each")
     p.add_argument("--limit", type=int, default=1, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -49,8 +62,11 @@ def hf_run(pipe, ids, n: int, assistant=None) -> tuple[list, float]:
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
+drafts = {}  # draft weights -> Pipeline
+
+
 def run_variant(pipe, prompt, name, n, ar) -> dict:
-    method, opts = VARIANTS[name]
+    method, opts = variant(name)
     if method.startswith("hf"):
         ids = pipe.prompt_ids(prompt.text)
         assistant = pipe.drafter.runner.model if method == "hf-assisted" else None
@@ -58,6 +74,10 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
         same = ar is not None and toks == tokens_of(ar)
         return {"variant": name, "new_tokens": len(toks), "wall_s": wall, "identical": same}, None
     base = draft_defaults(pipe.model_id) if method != "ar" else {}
+    opts = dict(opts)
+    if "draft_weights" in opts:  # one pipeline per draft weights, sharing the target
+        w = opts.pop("draft_weights")
+        pipe = drafts[w] = drafts.get(w) or pipe.with_draft_weights(w)
     cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
     return {**row, "variant": name, "trace": None}, records
@@ -85,7 +105,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     names = ["ar"] + [v.strip() for v in args.variants.split(",") if v.strip() and v.strip() != "ar"]
-    bad = [v for v in names if v not in VARIANTS]
+    bad = [v for v in names if variant(v) is None]
     if bad:
         print(f"error: unknown variant(s) {', '.join(bad)}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ compiler is at hand (`FastRunner.kernels`); the torch functions below stay as th
 """
 import functools
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,13 @@ class FastConfig:
     block_bytes: int = 0         # bytes per weight block; 0 = half the L2 cache
     check: bool = True           # make_runner('auto'): compare logits with transformers once
     kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu_layer.c) where they build
+    weights: str = "model"       # layer GEMM weights: model (its dtype) | int8 | int4 (a draft model's; see QUANTS)
+
+
+QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group of INT4_GROUP inputs (int4)
+INT4_GROUP = 64
+QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's
+                # own weights (0.5B, bf16: int4 22 vs 37 ms at 4 rows, 40 vs 38 ms at 8, 1071 vs 301 ms at 256)
 
 
 @dataclass
@@ -245,14 +253,47 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
     return w
 
 
-def forms(wt, fc: FastConfig) -> tuple:
-    """(plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None) for the layout."""
+class Forms(NamedTuple):
+    """One weight matrix in the forms `mm` multiplies by; the layout decides which are set."""
+    plain: torch.Tensor | None = None    # [in, out]
+    blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
+    packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
+    quant: tuple | None = None           # ("int8", q [out, in], scales [out]) | ("int4", packed, group, scales_zeros)
+
+
+def forms(wt, fc: FastConfig) -> Forms:
+    """The forms of one [in, out] matrix for the layout (or its quantized weights)."""
+    if fc.weights in QUANTS:  # the layout's forms too: they serve products of more than QUANT_ROWS rows
+        return forms(wt, replace(fc, weights="model"))._replace(quant=quantize(wt.t(), fc.weights))
     if fc.layout == "packed":
-        return None, None, pack(wt.t().contiguous())
+        return Forms(packed=pack(wt.t().contiguous()))
     b = block(wt, fc.block_bytes or l2_bytes() // 2) if fc.layout != "plain" else wt
     if b.dim() == 2:
-        return wt, None, None
-    return (wt if fc.layout == "hybrid" else None), b, None
+        return Forms(plain=wt)
+    return Forms(plain=wt if fc.layout == "hybrid" else None, blocked=b)
+
+
+def quantize(w, kind: str) -> tuple:
+    """Weight-only quantization of w [out, in] for torch's CPU kernels: int8 symmetric per output channel;
+    int4 asymmetric per group of INT4_GROUP inputs (w = (q - 8) * scale + zero)."""
+    w32, dt = w.float().contiguous(), w.dtype
+    if kind == "int8":
+        scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
+        return "int8", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
+    out, k = w.shape
+    g = w32.view(out, k // INT4_GROUP, INT4_GROUP)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).view(out, k)
+    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
+    return "int4", torch._convert_weight_to_int4pack_for_cpu(q, 1), INT4_GROUP, scales_zeros
+
+
+def quant_mm(x, quant: tuple):
+    """x [n, in] (the scales' dtype) @ quantized w^T -> [n, out]."""
+    if quant[0] == "int8":
+        return torch._weight_int8pack_mm(x, quant[1], quant[2])
+    return torch._weight_int4pack_mm_for_cpu(x, quant[1], quant[2], quant[3])
 
 
 def head_weights(model, fast_cfg: FastConfig):
@@ -260,9 +301,10 @@ def head_weights(model, fast_cfg: FastConfig):
     layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    head_cfg = replace(fast_cfg, weights="model")  # the LM head is what the draft heads study: never quantized
     if fast_cfg.layout == "packed":
-        return emb.weight.detach(), (None, None, pack(head.weight.detach())), head.weight.detach()
-    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
+        return emb.weight.detach(), Forms(packed=pack(head.weight.detach())), head.weight.detach()
+    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), head_cfg), head.weight.detach()
 
 
 @torch.no_grad()
@@ -270,7 +312,7 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     """(embedding, head^T, head, per-layer dicts), built once per (model, layout) and reused by every
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (fast_cfg.layout, fast_cfg.block_bytes)
+    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights)
     if key not in memo:
         memo[key] = (*head_weights(model, fast_cfg), [layer_weights(model, i, a, fast_cfg) for i in range(a.n_layers)])
     return memo[key]
@@ -290,11 +332,13 @@ def rope_table(model, n: int, dtype, layer_type=None):
 
 # ---------------------------------------------------------------- the forward (pure functions)
 
-def mm(x, w: tuple):
-    """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it).
-    w = (plain [in, out] | None, blocked [n_blocks, in, bs] | None, packed | None): packed if there is one
-    (oneDNN), else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks)."""
-    plain, blocked, packed = w
+def mm(x, w: Forms):
+    """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it):
+    quantized for up to QUANT_ROWS rows, packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one bmm over
+    L2-sized blocks)."""
+    plain, blocked, packed, quant = w
+    if quant is not None and x.shape[0] <= QUANT_ROWS:
+        return cast(quant_mm(cast(x, quant[-1].dtype), quant), x.dtype)
     if packed is not None:  # padded to row_pad rows: each row then comes out the same whatever n is
         m = row_pad(*packed.shape, torch.get_num_threads()) or 1
         return cast(chunked_mm(cast(x, packed.dtype), packed, m), x.dtype)
@@ -391,6 +435,8 @@ class FastRunner:
         self.dtype = model.get_output_embeddings().weight.dtype  # weights; activations in self.act
         self.act = torch.promote_types(self.dtype, torch.float32)
         fast_cfg = fast_cfg or FastConfig()
+        if fast_cfg.weights not in ("model", *QUANTS):
+            raise ValueError(f"unknown weights {fast_cfg.weights!r}: use model, {' or '.join(QUANTS)}")
         self.arch = a = arch_of(model)
         self.kernels_reason = kernels_reason(a, self.dtype, fast_cfg)  # '' when the fused C kernels run
         self.kernels = self.kernels_reason == ""
@@ -498,11 +544,13 @@ def kernels_reason(a: Arch, dtype, fast_cfg: FastConfig) -> str:
 def exact_reason(runner) -> str:
     """'' when a token's logits are bit-identical whatever the number of tokens sharing its forward (greedy
     speculation then equals greedy decoding bit for bit), else why they may differ by rounding."""
+    if runner.fast_cfg.weights != "model":
+        return f"{runner.fast_cfg.weights} weights (a draft model's): their products are not checked for exactness"
     if runner.fast_cfg.layout != "packed":
         return "1-token and batched GEMMs sum in different orders: lossless up to rounding, ties reported"
     if not runner.kernels:
         return "attention without the fused kernels sums per pass size: lossless up to rounding, ties reported"
-    shapes = {runner.head_t[2].shape} | {w[k][2].shape for w in runner.layers for k in ("wqkv", "wo", "wgu", "wd")}
+    shapes = {runner.head_t.packed.shape} | {w[k].packed.shape for w in runner.layers for k in ("wqkv", "wo", "wgu", "wd")}
     if not all(exact_pads(shapes).values()):
         return "oneDNN's bf16 products depend on the row count on this CPU: lossless up to rounding, ties reported"
     return ""
@@ -527,9 +575,17 @@ def gap_tolerance(dtype) -> float:
     return max(1e-3, 32 * torch.finfo(dtype).eps)
 
 
+def requantized(model, runner, fast_cfg: FastConfig):
+    """A runner on quantized weights in place of `runner` (checked against transformers in the model's own
+    weights: quantization is a draft model's deliberate approximation); the model's own forms are dropped."""
+    model.__dict__.get("_speclens_fast", {}).pop((runner.fast_cfg.layout, runner.fast_cfg.block_bytes, "model"), None)
+    return FastRunner(model, runner.tokenizer, fast_cfg)
+
+
 def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConfig | None = None):
     """'eager' | 'fast' | 'auto' (fast where it covers the architecture and agrees with transformers,
-    else eager with `fallback_reason` saying why)."""
+    else eager with `fallback_reason` saying why). fast_cfg.weights other than "model" quantize the fast
+    runner's weights (an eager runner keeps the model's)."""
     from core.errors import SpecError
 
     if runtime not in ("auto", "eager", "fast"):
@@ -544,8 +600,10 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConf
         raise SpecError(reason)
     if not reason:
         try:
-            runner = FastRunner(model, tokenizer, fast_cfg)
+            runner = FastRunner(model, tokenizer, replace(fast_cfg, weights="model"))
             gap = logits_gap(model, runner) if fast_cfg.check and runtime == "auto" else 0.0
+            if fast_cfg.weights != "model" and gap <= gap_tolerance(runner.dtype):
+                runner = requantized(model, runner, fast_cfg)
         except (RuntimeError, ValueError, AttributeError, TypeError) as err:
             if runtime == "fast":
                 raise SpecError(f"fast runtime failed on this model: {err}") from None
