@@ -11,7 +11,7 @@ from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
-DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver")  # per-model defaults: Alias.draft_defaults
+DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver", "context")  # per-model defaults: Alias.draft_defaults
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
     "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
@@ -50,8 +50,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=d.backend, choices=BACKENDS)
     p.add_argument("--slim-init", default=d.slim_init, choices=SLIM_INITS,
                    help="SlimSpec/NanoSlim factors: trained (shipped with the head, else SVD) or svd")
-    p.add_argument("--context", default=d.context, choices=CONTEXTS,
-                   help="merge continuations of the token history (prompt lookup) into the draft tree")
+    p.add_argument("--context", default=None, choices=CONTEXTS,
+                   help="merge continuations of the token history (prompt lookup) into the draft tree "
+                        f"(default: the model's measured choice, else {d.context})")
     p.add_argument("--context-len", type=int, default=d.context_len, help="at most this many context nodes per step, on top of the model's tree")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
 

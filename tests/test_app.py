@@ -323,7 +323,10 @@ def test_picking_the_qwen_pair_sets_the_sliders_to_its_measured_draft_defaults()
 
 
 def test_the_app_drafts_a_model_in_its_measured_shape():
+    from core.models import draft_defaults
     cfg = make_config("nanospec", *default_settings("qwen2.5-coder-1.5b-instruct"), 16, 0.0,
                       model_id="qwen2.5-coder-1.5b-instruct")
-    assert (cfg.shape, cfg.gamma) == ("chain", 2)
+    pair = draft_defaults("qwen2.5-coder-1.5b-instruct")
+    assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size, cfg.context) == tuple(
+        pair[k] for k in ("shape", "depth", "top_k", "tree_size", "context"))
     assert make_config("nanospec", *default_settings(), 16, 0.0, model_id=DEFAULT_MODEL).shape == SpecConfig().shape

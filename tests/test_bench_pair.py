@@ -1,4 +1,4 @@
-"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx][-wWEIGHTS]."""
+"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-wWEIGHTS]."""
 import pytest
 
 from core.experiments.bench_pair import variant
@@ -7,7 +7,7 @@ from core.experiments.bench_pair import variant
 def test_a_variant_name_spells_its_method_shape_context_and_draft_weights():
     assert variant("nanospec-tree5x2x10-noctx-wint4") == (
         "nanospec", {"shape": "tree", "depth": 5, "top_k": 2, "tree_size": 10, "context": "off", "draft_weights": "int4"})
-    assert variant("full-chain3") == ("full", {"shape": "chain", "gamma": 3})
+    assert variant("full-chain3-ctx") == ("full", {"shape": "chain", "gamma": 3, "context": "on"})
     assert variant("hf-assisted") == ("hf-assisted", {})
 
 

@@ -17,11 +17,11 @@ from core.config import SpecConfig
 from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# a variant: METHOD[-chainG | -treeDxKxN][-noctx][-wWEIGHTS] over the target's measured draft defaults;
+# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-wWEIGHTS] over the target's measured draft defaults;
 # "hf" / "hf-assisted" run transformers
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
-                     r"(?P<noctx>-noctx)?(?:-w(?P<weights>model|int8|int4))?")
+                     r"(?P<ctx>-noctx|-ctx)?(?:-w(?P<weights>model|int8|int4))?")
 EXAMPLES = "ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-chain3-wint4"
 
 
@@ -33,7 +33,7 @@ def variant(name: str) -> tuple | None:
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
         opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
-    opts |= {"context": "off"} if m["noctx"] else {}
+    opts |= {"context": "off" if m["ctx"] == "-noctx" else "on"} if m["ctx"] else {}
     opts |= {"draft_weights": m["weights"]} if m["weights"] else {}
     return m["method"], opts
 
