@@ -107,6 +107,11 @@ def load_fr_ranks(model_id, vocab_size):
         return None
 
 
+def load_key(model_id, draft="auto", runtime="auto", device=None, dtype=None, draft_weights="auto") -> tuple:
+    """The settings one loaded Pipeline per process stands for (Pipeline.load's cache key)."""
+    return model_id, draft, runtime, str(device), str(dtype), draft_weights
+
+
 class Pipeline:
     """A target Runner, a Drafter and the model's tables; `Pipeline.load` builds one from a model id."""
 
@@ -125,7 +130,7 @@ class Pipeline:
     def load(cls, model_id=DEFAULT_MODEL, draft="auto", runtime="auto", device=None, dtype=None,
              draft_weights="auto") -> "Pipeline":
         """The factory: load the model, pick the runtime and the drafter; one Pipeline per settings per process."""
-        key = (model_id, draft, runtime, str(device), str(dtype), draft_weights)
+        key = load_key(model_id, draft, runtime, device, dtype, draft_weights)
         with _LOAD_LOCK:
             if key not in _LOADED:
                 model, tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))

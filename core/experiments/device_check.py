@@ -320,13 +320,13 @@ def paper_settings(ck: Check) -> dict:
 def step_paper(ck: Check) -> str:
     from core.experiments import paper
     from core.cli import torch_dtype
-    from core.pipeline import _LOADED
+    from core.pipeline import _LOADED, load_key
     settings = paper_settings(ck)
     settings["dtype"] = "bf16" if ck.device.startswith("cuda") else "fp32"
     pipe = load_pipe(ck, settings["model"], settings["draft"])
     # run_paper loads through bench (device None): the same pipeline, with its FR table, under that key too
-    _LOADED.setdefault((settings["model"], settings["draft"], settings["runtime"], "None",
-                        str(torch_dtype(settings["dtype"]))), pipe)
+    _LOADED.setdefault(load_key(settings["model"], settings["draft"], settings["runtime"], None,
+                                torch_dtype(settings["dtype"]), settings.get("draft_weights", "auto")), pipe)
     write_json(ck, "paper_settings.json", settings)
     paths = paper.run_paper(settings, progress=lambda f, desc=None: None)
     return f"{len(paths)} files, {settings['max_new_tokens']} tokens, sweeps {settings['sweep_prompts']}"
