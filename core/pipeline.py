@@ -124,6 +124,7 @@ class Pipeline:
         self.drafter, self.draft_name = drafter, draft_name
         self.fr_rank = fr_rank
         self._slim = {}
+        self._requantized = {}  # draft weights -> Pipeline (with_draft_weights)
         self.lock = threading.Lock()
 
     @classmethod
@@ -145,13 +146,16 @@ class Pipeline:
             return _LOADED[key]
 
     def with_draft_weights(self, draft_weights: str) -> "Pipeline":
-        """This pipeline with its draft model's layer weights re-quantized (same target, draft model and tables);
-        itself where the drafter is not a separate draft model."""
+        """This pipeline with its draft model's layer weights re-quantized (same target, draft model and tables;
+        one per draft weights); itself where the drafter is not a separate draft model."""
         if self.draft_name in ("self", "eagle", "context"):
             return self
-        runner = self.drafter.runner
-        drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
-        return Pipeline(self.model_id, self.model, self.tokenizer, self.target, drafter, self.draft_name, self.fr_rank)
+        if draft_weights not in self._requantized:
+            runner = self.drafter.runner
+            drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
+            self._requantized[draft_weights] = Pipeline(self.model_id, self.model, self.tokenizer, self.target,
+                                                        drafter, self.draft_name, self.fr_rank)
+        return self._requantized[draft_weights]
 
     def slim_factors(self, rank: int, init: str = "trained"):
         """init "trained": the SlimSpec factors shipped with the head when they match, else truncated SVD;

@@ -62,9 +62,6 @@ def hf_run(pipe, ids, n: int, assistant=None) -> tuple[list, float]:
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
-drafts = {}  # draft weights -> Pipeline
-
-
 def run_variant(pipe, prompt, name, n, ar) -> dict:
     method, opts = variant(name)
     if method.startswith("hf"):
@@ -76,8 +73,7 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
     base = draft_defaults(pipe.model_id) if method != "ar" else {}
     opts = dict(opts)
     if "draft_weights" in opts:  # one pipeline per draft weights, sharing the target
-        w = opts.pop("draft_weights")
-        pipe = drafts[w] = drafts.get(w) or pipe.with_draft_weights(w)
+        pipe = pipe.with_draft_weights(opts.pop("draft_weights"))
     cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
     return {**row, "variant": name, "trace": None}, records

@@ -232,25 +232,39 @@ def norm_w(norm, a: Arch):
     return w + a.norm_offset if a.norm_offset else w
 
 
+def linears(layer) -> dict:
+    """{fused matrix name: the layer's linears fused into it, in order}."""
+    att, mlp = layer.self_attn, layer.mlp
+    return {"wqkv": (att.q_proj, att.k_proj, att.v_proj), "wo": (att.o_proj,),
+            "wgu": (mlp.gate_proj, mlp.up_proj), "wd": (mlp.down_proj,)}
+
+
 def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
     layer, hf_cfg = model.model.layers[i], model.config
-    att, mlp = layer.self_attn, layer.mlp
-    qkv, gu = (att.q_proj, att.k_proj, att.v_proj), (mlp.gate_proj, mlp.up_proj)
+    att, fused = layer.self_attn, linears(layer)
     pre_mlp = layer.pre_feedforward_layernorm if a.sandwich else layer.post_attention_layernorm
     w = {"ln1": norm_w(layer.input_layernorm, a), "ln2": norm_w(pre_mlp, a),
-         "wqkv": fuse_t(*qkv), "wo": fuse_t(att.o_proj), "wgu": fuse_t(*gu), "wd": fuse_t(mlp.down_proj),
-         "bqkv": torch.cat([lin.bias.detach() for lin in qkv]).float() if a.qkv_bias else None,
+         **{k: fuse_t(*lins) for k, lins in fused.items()},
+         "bqkv": torch.cat([lin.bias.detach() for lin in fused["wqkv"]]).float() if a.qkv_bias else None,
          "window": window_of(hf_cfg, i), "rope": hf_cfg.layer_types[i] if None not in rope_subs(hf_cfg) else None}
     if a.qk_norm:
         w["qn"], w["kn"] = norm_w(att.q_norm, a), norm_w(att.k_norm, a)
     if a.sandwich:
         w["ln_att"] = norm_w(layer.post_attention_layernorm, a)
         w["ln_mlp"] = norm_w(layer.post_feedforward_layernorm, a)
-    if fc.layout in ("plain", "hybrid"):
-        rebind(qkv, w["wqkv"]), rebind((att.o_proj,), w["wo"]), rebind(gu, w["wgu"])
-        rebind((mlp.down_proj,), w["wd"])
-    w.update({k: forms(w[k], fc) for k in ("wqkv", "wo", "wgu", "wd")})
+    for k, lins in fused.items():
+        if fc.layout in ("plain", "hybrid"):
+            rebind(lins, w[k])
+        w[k] = forms(w[k], fc)
     return w
+
+
+def quantized_layers(model, layers: list, kind: str) -> list:
+    """The per-layer dicts with each matrix's `kind` quantization beside its layout's forms (shared, not copied:
+    they serve products of more than QUANT_ROWS rows)."""
+    return [{**w, **{k: w[k]._replace(quant=quantize(torch.cat([lin.weight.detach() for lin in lins]), kind))
+                     for k, lins in linears(layer).items()}}
+            for w, layer in zip(layers, model.model.layers)]
 
 
 class Forms(NamedTuple):
@@ -262,9 +276,7 @@ class Forms(NamedTuple):
 
 
 def forms(wt, fc: FastConfig) -> Forms:
-    """The forms of one [in, out] matrix for the layout (or its quantized weights)."""
-    if fc.weights in QUANTS:  # the layout's forms too: they serve products of more than QUANT_ROWS rows
-        return forms(wt, replace(fc, weights="model"))._replace(quant=quantize(wt.t(), fc.weights))
+    """The layout's forms of one [in, out] matrix (quantized ones are added by quantized_layers)."""
     if fc.layout == "packed":
         return Forms(packed=pack(wt.t().contiguous()))
     b = block(wt, fc.block_bytes or l2_bytes() // 2) if fc.layout != "plain" else wt
@@ -301,19 +313,22 @@ def head_weights(model, fast_cfg: FastConfig):
     layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    head_cfg = replace(fast_cfg, weights="model")  # the LM head is what the draft heads study: never quantized
     if fast_cfg.layout == "packed":
         return emb.weight.detach(), Forms(packed=pack(head.weight.detach())), head.weight.detach()
-    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), head_cfg), head.weight.detach()
+    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
 
 
 @torch.no_grad()
 def fast_weights(model, a: Arch, fast_cfg: FastConfig):
-    """(embedding, head^T, head, per-layer dicts), built once per (model, layout) and reused by every
-    FastRunner on it (target + self-draft): in the plain layout the model's params point into them."""
+    """(embedding, head^T, head, per-layer dicts), built once per (model, layout, weights) and reused by every
+    FastRunner on it (target + self-draft): in the plain layout the model's params point into them. Quantized
+    weights extend the model's own (the LM head, what the draft heads study, is never quantized)."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
     key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights)
-    if key not in memo:
+    if key not in memo and fast_cfg.weights in QUANTS:
+        *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
+        memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))
+    elif key not in memo:
         memo[key] = (*head_weights(model, fast_cfg), [layer_weights(model, i, a, fast_cfg) for i in range(a.n_layers)])
     return memo[key]
 
@@ -333,9 +348,9 @@ def rope_table(model, n: int, dtype, layer_type=None):
 # ---------------------------------------------------------------- the forward (pure functions)
 
 def mm(x, w: Forms):
-    """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it):
-    quantized for up to QUANT_ROWS rows, packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one bmm over
-    L2-sized blocks)."""
+    """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
+    for up to QUANT_ROWS rows, else packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one
+    bmm over L2-sized blocks)."""
     plain, blocked, packed, quant = w
     if quant is not None and x.shape[0] <= QUANT_ROWS:
         return cast(quant_mm(cast(x, quant[-1].dtype), quant), x.dtype)
@@ -575,13 +590,6 @@ def gap_tolerance(dtype) -> float:
     return max(1e-3, 32 * torch.finfo(dtype).eps)
 
 
-def requantized(model, runner, fast_cfg: FastConfig):
-    """A runner on quantized weights in place of `runner` (checked against transformers in the model's own
-    weights: quantization is a draft model's deliberate approximation); the model's own forms are dropped."""
-    model.__dict__.get("_speclens_fast", {}).pop((runner.fast_cfg.layout, runner.fast_cfg.block_bytes, "model"), None)
-    return FastRunner(model, runner.tokenizer, fast_cfg)
-
-
 def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConfig | None = None):
     """'eager' | 'fast' | 'auto' (fast where it covers the architecture and agrees with transformers,
     else eager with `fallback_reason` saying why). fast_cfg.weights other than "model" quantize the fast
@@ -600,10 +608,11 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConf
         raise SpecError(reason)
     if not reason:
         try:
+            # checked against transformers in the model's own weights: quantizing is a draft's deliberate choice
             runner = FastRunner(model, tokenizer, replace(fast_cfg, weights="model"))
             gap = logits_gap(model, runner) if fast_cfg.check and runtime == "auto" else 0.0
             if fast_cfg.weights != "model" and gap <= gap_tolerance(runner.dtype):
-                runner = requantized(model, runner, fast_cfg)
+                runner = FastRunner(model, tokenizer, fast_cfg)  # shares the checked runner's weight forms
         except (RuntimeError, ValueError, AttributeError, TypeError) as err:
             if runtime == "fast":
                 raise SpecError(f"fast runtime failed on this model: {err}") from None
