@@ -31,6 +31,7 @@ class SpecConfig:
     k_ver: int = 3
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
+    rescore: int = 0  # SlimSpec / NanoSlim: score each row's top-m low-rank ids again with the full rows (0 = off)
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
     depth: int = 3  # draft shape; a model with a measured shape gets its own (core.models.Alias.draft_defaults)
     top_k: int = 2
@@ -65,6 +66,7 @@ class SpecConfig:
         _bound("context_len", self.context_len, 1, MAX_TREE)
         _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _bound("seed", self.seed, 0, 2**63 - 1)
+        _bound("rescore", self.rescore, 0, 1024)
         _bound("rank", self.rank, 0, d if d is not None else MAX_W_MAX)
         _number("temperature", self.temperature)
         _number("top_p", self.top_p)

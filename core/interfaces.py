@@ -94,6 +94,10 @@ class Head(Protocol):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [n, d] -> fp32 logits [n, |I|] over active_ids() order."""
 
+    def score(self, h: torch.Tensor) -> tuple:
+        """h [n, d] -> (fp32 logits [n, k], their full-vocabulary ids [k] or None = all of V): what the draft picks
+        from; logits() over active_ids(), or a rescoring head's exact logits over its preview's top ids."""
+
     def on_prefill(self, prompt_ids: torch.Tensor, prefill_logits: torch.Tensor, timer=None) -> StreamEvent | None:
         """After the prefill (logits [n, V]): NanoSpec's S⁽⁰⁾; None for heads without a stream."""
 

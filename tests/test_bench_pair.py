@@ -1,4 +1,4 @@
-"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-wWEIGHTS]."""
+"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM][-wWEIGHTS]."""
 import pytest
 
 from core.experiments.bench_pair import variant
@@ -9,8 +9,21 @@ def test_a_variant_name_spells_its_method_shape_context_and_draft_weights():
         "nanospec", {"shape": "tree", "depth": 5, "top_k": 2, "tree_size": 10, "context": "off", "draft_weights": "int4"})
     assert variant("full-chain3-ctx") == ("full", {"shape": "chain", "gamma": 3, "context": "on"})
     assert variant("hf-assisted") == ("hf-assisted", {})
+    assert variant("slimspec-noctx-r512") == ("slimspec", {"context": "off", "rescore": 512})
 
 
-@pytest.mark.parametrize("name", ["ar-wint4", "hf-chain2", "nanospec-chain", "nanospec-wint3", "bogus", "nanospec-tree4x2"])
+@pytest.mark.parametrize("name", ["ar-wint4", "hf-chain2", "nanospec-chain", "nanospec-wint3", "bogus", "nanospec-tree4x2",
+                                  "nanospec-r16", "full-r8"])
 def test_a_name_outside_the_grammar_is_refused(name):
     assert variant(name) is None
+
+
+def test_the_memory_bound_streams_every_weight_but_the_gathered_embeddings(tiny_target):
+    from core.experiments.bench_pair import memory_bound, step_bytes
+    emb = tiny_target.get_input_embeddings().weight
+    total = sum(p.numel() * p.element_size() for p in tiny_target.parameters())
+    tied = emb is tiny_target.get_output_embeddings().weight
+    assert step_bytes(tiny_target) == (total if tied else total - emb.numel() * emb.element_size())
+    rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10}, {"variant": "hf", "wall_s": 2.0, "new_tokens": 10}]
+    bound = memory_bound(rows, tiny_target, gbs=step_bytes(tiny_target) / 0.05 / 1e9)  # a 50 ms floor
+    assert (bound["ar_ms"], bound["hf_ms"], bound["floor_ms"], bound["best_x_hf"]) == (100.0, 200.0, 50.0, 4.0)

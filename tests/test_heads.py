@@ -48,3 +48,33 @@ def test_disabled_sources_never_enter_the_stream():
     assert ev.entered == [] and head.n_active() == 0
     ev = head.on_verify([9], torch.randn(2, V))
     assert {src for _, src in ev.entered} <= {"draft", "verify"} and 9 in head.active_ids().tolist()
+
+
+def test_rescoring_slimspec_scores_the_union_of_each_rows_preview_top_m_with_the_full_rows():
+    cfg = SpecConfig(method="slimspec", rank=4, rescore=7)
+    head = build_head("slimspec", W, cfg)
+    logits, ids = head.score(H)
+    preview = head.logits(H).topk(7, dim=-1).indices
+    assert set(ids.tolist()) == set(preview.reshape(-1).tolist())
+    torch.testing.assert_close(logits, H @ W[ids].T)
+
+
+def test_rescoring_nanoslim_keeps_its_candidates_inside_the_active_vocabulary():
+    head = build_head("nanoslim", W, SpecConfig(method="nanoslim", w_max=40, rank=4, rescore=5))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    logits, ids = head.score(H)
+    assert set(ids.tolist()) <= set(head.active_ids().tolist())
+    torch.testing.assert_close(logits, H @ W[ids].T)
+
+
+def test_rescoring_every_row_gives_the_full_heads_argmax():
+    head = build_head("slimspec", W, SpecConfig(method="slimspec", rank=2, rescore=V))
+    logits, ids = head.score(H)
+    assert torch.equal(ids[logits.argmax(-1)], (H @ W.T).argmax(-1))
+
+
+def test_heads_without_rescoring_score_their_own_logits():
+    for method in ("full", "slimspec"):
+        head = build_head(method, W, SpecConfig(method=method, rank=4))
+        logits, ids = head.score(H)
+        assert ids is None and torch.equal(logits, head.logits(H))

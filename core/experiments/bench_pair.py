@@ -2,7 +2,9 @@
 our AR, transformers' `generate` and assisted generation (the same pair), and our draft methods / shapes.
 
 Prints one row per variant (tok/s ratio to our AR, τ, coverage, mean |I_t|, identical to our AR) and writes
-them as JSON. Ratios only: absolute speeds on a shared machine are noise.
+them as JSON. Ratios only: absolute speeds on a shared machine are noise. Last, the memory bound: the target's weight
+bytes per token over the read bandwidth measured at the end of the run, beside our AR's and transformers' ms per
+token; `best_x_hf` is the most any exact decoder of these weights could gain over transformers' generate here.
 """
 import argparse
 import json
@@ -17,23 +19,26 @@ from core.config import SpecConfig
 from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-wWEIGHTS] over the target's measured draft defaults;
-# "hf" / "hf-assisted" run transformers
+# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM][-wWEIGHTS] over the target's measured draft defaults
+# (-rM: a low-rank head rescores its top-M, M = 0 the paper's SlimSpec); "hf" / "hf-assisted" run transformers
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
-                     r"(?P<ctx>-noctx|-ctx)?(?:-w(?P<weights>model|int8|int4))?")
-EXAMPLES = "ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-chain3-wint4"
+                     r"(?P<ctx>-noctx|-ctx)?(?:-r(?P<rescore>\d+))?(?:-w(?P<weights>model|int8|int4))?")
+EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, slimspec-r512, "
+            "nanospec-chain3-wint4")
 
 
 def variant(name: str) -> tuple | None:
     """name -> (method, options: SpecConfig fields, and draft_weights), or None if it does not parse."""
     m = VARIANT.fullmatch(name)
-    if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)):
+    if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
+            or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")):
         return None
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
         opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
     opts |= {"context": "off" if m["ctx"] == "-noctx" else "on"} if m["ctx"] else {}
+    opts |= {"rescore": int(m["rescore"])} if m["rescore"] else {}
     opts |= {"draft_weights": m["weights"]} if m["weights"] else {}
     return m["method"], opts
 
@@ -79,6 +84,36 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
     return {**row, "variant": name, "trace": None}, records
 
 
+def read_gbs(gib: float = 1.0, reps: int = 5) -> float:
+    """Main-memory read bandwidth now, GB/s: the fastest of `reps` sums over a buffer far larger than the caches."""
+    x = torch.ones(int(gib * 2**30) // 4)
+    best = float("inf")
+    for _ in range(reps + 1):  # the first sum touches the pages
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return x.numel() * 4 / best / 1e9
+
+
+def step_bytes(model) -> int:
+    """Weight bytes one 1-token target step reads: every parameter but the input embeddings, which it only gathers
+    (unless the LM head shares them)."""
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    return total if emb is head else total - emb.numel() * emb.element_size()
+
+
+def memory_bound(rows: list, model, gbs: float) -> dict:
+    """The floor an exact decoder of this target meets here (its weights streamed once per token) beside our AR and
+    transformers' generate, in wall ms per new token (prefill included)."""
+    ms = {v: 1000 * a["wall_s"] / max(a["new_tokens"], 1) for v in ("ar", "hf")
+          if (a := aggregate([r for r in rows if r["variant"] == v]))["runs"]}
+    floor = step_bytes(model) / gbs / 1e6
+    return {"weights_gb": round(step_bytes(model) / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
+            **{f"{v}_ms": round(m, 1) for v, m in ms.items()},
+            **({"best_x_hf": round(ms["hf"] / floor, 2)} if "hf" in ms else {})}
+
+
 def table(rows: list, names: list) -> list:
     """One row per variant: tokens/s over our AR's, τ, coverage, mean |I_t|, runs identical to our AR."""
     ar = aggregate([r for r in rows if r["variant"] == "ar"])
@@ -121,8 +156,13 @@ def main(argv=None) -> int:
         if args.out:
             with open(args.out, "w") as f:
                 json.dump({"rows": rows, "table": table(rows, names)}, f, indent=1)
+    bound = memory_bound(rows, pipe.model, read_gbs())
     for r in table(rows, names):
         print("  ".join(f"{k}={v}" for k, v in r.items()))
+    print("memory bound: " + "  ".join(f"{k}={v}" for k, v in bound.items()))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rows": rows, "table": table(rows, names), "memory_bound": bound}, f, indent=1)
     return 0
 
 

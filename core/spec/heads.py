@@ -6,6 +6,10 @@
 
 full = (W, V), frspec = (W, static), nanospec = (W, I_t), slimspec = (W_up, V), nanoslim = (W_up, I_t).
 Restricted heads keep R[I] in a dense repack buffer; the stream's updates touch only the moved rows.
+
+A low-rank head may rescore (`rescore` = m > 0, SVD-softmax, Shim et al. 2017): its logits are a preview, and the
+union U of each row's top-m preview ids is scored again with the full rows, h @ W[U]ᵀ. The draft then picks among
+exact logits; tokens outside U get q = 0, as tokens outside I_t do.
 """
 from contextlib import nullcontext
 
@@ -19,13 +23,14 @@ from core.spec.stream import CandidateStream, StreamEvent
 
 class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
-                 sources=SOURCES):
+                 sources=SOURCES, exact=None, rescore=0):
         cpu_bf16 = rows.device.type == "cpu" and rows.dtype == torch.bfloat16
         if cpu_bf16 and down is not None:
             # the CPU low-rank product runs in fp32 (lowrank_logits_torch): cast the factors once, not per call
             rows, down = rows.float(), down.float()
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
+        self.exact, self.rescore = exact, rescore if exact is not None else 0  # W [V, d] for the rescoring pass
         self.vocab_size = rows.shape[0]
         self.static_ids = static_ids
         self.buf = None
@@ -67,6 +72,16 @@ class DraftHead:
         if kernels.use_triton(self.backend, h.device):
             return kernels.gathered_gemm(h.to(rows.dtype), rows, None, self.backend)
         return (h.to(rows.dtype) @ rows.T).float()  # [n, d] @ [d, |I|]
+
+    def score(self, h: torch.Tensor) -> tuple:
+        """h [n, d] -> (fp32 logits [n, k], their full-vocabulary ids [k] or None for the whole vocabulary)."""
+        logits, ids = self.logits(h), self.active_ids()
+        if not self.rescore:
+            return logits, ids
+        top = logits.topk(min(self.rescore, logits.shape[1]), dim=-1).indices.unique()  # U: union of rows' top-m
+        cand = top if ids is None else ids[top.to(ids.device)]
+        rows = self.exact.index_select(0, cand.to(self.exact.device))
+        return (h.to(rows.dtype) @ rows.T).float(), cand  # [n, d] @ [d, |U|]
 
     def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
         """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
@@ -127,4 +142,6 @@ def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> Draft
         raise SpecError("frspec needs a frequency table (python -m core freq)")
     stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
     static = fr_ids if method == "frspec" else None
-    return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend, cfg.source_set())
+    exact = W if down is not None and cfg.rescore else None
+    return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend, cfg.source_set(), exact,
+                     cfg.rescore)

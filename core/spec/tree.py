@@ -66,10 +66,10 @@ def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer, 
     frontier, states, pend = [-1], root, {}
     for level in range(depth):
         with timer("lm_head"):
-            logits = head.logits(states.head_in)  # [f, |I|]
+            logits, ids_map = head.score(states.head_in)  # [f, |I|]
         t.head_calls += 1
         budget = size - len(t) if sampling else k * len(frontier)
-        new = _add_level(t, frontier, logits, head.active_ids(), k, budget, cfg.temperature, gen, head.backend)
+        new = _add_level(t, frontier, logits, ids_map, k, budget, cfg.temperature, gen, head.backend)
         if level == depth - 1 or not new or (sampling and len(t) >= size):
             break
         nxt = sorted(new, key=lambda i: (-t.score[i], i))[:k]
