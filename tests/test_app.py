@@ -305,6 +305,13 @@ def test_untrained_slim_factors_are_said_on_screen(default_pipeline):
     assert "untrained" in trace_notes({"slim_factors": "svd"})[0] and not trace_notes({"slim_factors": "trained"})
 
 
+def test_a_rescoring_low_rank_head_says_so_under_its_summary():
+    from viz.notes import trace_notes
+    assert "top 512" in trace_notes({"cfg": {"method": "slimspec", "rescore": 512}})[0]
+    assert not trace_notes({"cfg": {"method": "slimspec", "rescore": 0}})
+    assert not trace_notes({"cfg": {"method": "nanospec", "rescore": 512}})
+
+
 def test_switching_the_model_pair_shows_that_pairs_example_but_keeps_a_visitors_run():
     example = run_tab.initial_trace()
     got = run_tab.show_example(f"{DEFAULT_MODEL}|self", example)

@@ -34,10 +34,15 @@ def running_note(trace: dict) -> str:
 
 def trace_notes(meta: dict) -> tuple:
     """Footer lines for the summary cards that change how to read the run."""
+    cfg, notes = meta.get("cfg", {}), ()
     if meta.get("slim_factors") == "svd":
-        return ("SlimSpec factors here are untrained (a truncated SVD of the head, no training on this pair): "
-                "expect most drafts rejected. Trained factors ship with the EAGLE draft head at its default rank.",)
-    return ()
+        notes += ("SlimSpec factors here are untrained (a truncated SVD of the head, no training on this pair): "
+                  "expect most drafts rejected. Trained factors ship with the EAGLE draft head at its default rank.",)
+    if cfg.get("method") in ("slimspec", "nanoslim") and cfg.get("rescore"):
+        notes += (f"The low-rank head previews, then the full head's rows score each draft position's top "
+                  f"{cfg['rescore']} preview ids again (SVD-softmax): it drafts what the full head would wherever "
+                  f"those choices are among them. On the command line, --rescore 0 runs the papers' plain low-rank head.",)
+    return notes
 
 
 def compare_texts(runs: dict) -> str:
