@@ -66,7 +66,7 @@ class SpecConfig:
         _bound("context_len", self.context_len, 1, MAX_TREE)
         _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _bound("seed", self.seed, 0, 2**63 - 1)
-        _bound("rescore", self.rescore, 0, 1024)
+        _bound("rescore", self.rescore, 0, MAX_W_MAX)
         _bound("rank", self.rank, 0, d if d is not None else MAX_W_MAX)
         _number("temperature", self.temperature)
         _number("top_p", self.top_p)
