@@ -149,3 +149,14 @@ def test_bench_keeps_its_csv_columns_and_accepts_figures_instead_of_out():
     assert bench.parse(["--figures", "x"]).out is None
     with pytest.raises(SystemExit):
         bench.parse([])
+
+
+def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for():
+    from core.prompts import Prompt
+    prompts = [Prompt("c-1", "code", "def f():")]
+    model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
+    assert bench.config_from(bench.parse(model), "slimspec").rescore > 0  # the pair's measured default rescores
+    jobs = paper.plan(bench.parse(model), prompts)
+    assert {cfg.rescore for _, _, cfg in jobs} == {0} and {cfg.context for _, _, cfg in jobs} == {"off"}
+    jobs = paper.plan(bench.parse(model + ["--rescore", "64"]), prompts)
+    assert {cfg.rescore for _, name, cfg in jobs if name == "slimspec"} == {64}
