@@ -128,3 +128,23 @@ def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
     ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]
     hid, _ = runner.forward(torch.tensor([3, 4, 5]), torch.arange(3))
     torch.testing.assert_close(runner.logits(hid), ref.float(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not cpu_layer.int4_available(), reason="no AVX512-VNNI: int4 draft weights use torch's kernel")
+@pytest.mark.parametrize("rows", [1, 2, 6])
+def test_int4_product_matches_its_dequantized_matrix_up_to_int8_activations(rows):
+    w, x = rand(160, 384, seed=1), rand(rows, 384, seed=2)
+    q, scale, lo = cpu_layer.pack_int4(w)
+    pairs = q.view(160, 3, 64)  # byte j of a pair: input j of its 1st group (low nibble), of its 2nd (high)
+    codes = torch.stack([pairs & 15, pairs >> 4], 2).view(160, 6, 64).float()
+    deq = (codes * scale[..., None] + lo[..., None]).view(160, 384)
+    assert (deq - w).abs().max() <= scale.max() / 2 + 1e-6  # rounding to the nearest code
+    ref = x @ deq.T
+    err = (cpu_layer.int4_mm(x, q, scale, lo) - ref).abs().max() / ref.abs().max()
+    assert err < 0.02, float(err)  # int8 rounding of each activation row
+
+
+@pytest.mark.skipif(not cpu_layer.int4_available(), reason="no AVX512-VNNI: int4 draft weights use torch's kernel")
+def test_the_runtime_quantizes_int4_for_its_own_kernel_where_it_is_built():
+    assert rt.quantize(rand(64, 256).bfloat16(), "int4")[:2] == ("int4", "vnni")
+    assert rt.quantize(rand(64, 192).bfloat16(), "int4")[:2] == ("int4", "torch")  # in not a multiple of 128

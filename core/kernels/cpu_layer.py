@@ -1,6 +1,7 @@
 """The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
 cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
-(core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with.
+(core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
+model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix.
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -24,7 +25,9 @@ SIGNATURES = {
     "add_rms": [P, P, ctypes.c_int, P, P, F, I, I, P, ctypes.c_int],
     "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
     "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
+    "int4_mm": [P, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
 }
+INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
 _why = []
 
 
@@ -50,10 +53,18 @@ def build(cc: str = "cc") -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             so = Path(tmp) / out.name
-            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), str(SRC), "-lm"],
-                           check=True, capture_output=True, timeout=120)
+            compile_so(cc, so)
             os.replace(so, out)
     return out
+
+
+def compile_so(cc: str, so: Path) -> None:
+    """-O3 -march=native, with OpenMP for int4_mm's threads; without it (one thread) where the compiler has none."""
+    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), str(SRC), "-lm"]
+    try:
+        subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)
+    except subprocess.CalledProcessError:
+        subprocess.run(base, check=True, capture_output=True, timeout=120)
 
 
 @functools.cache
@@ -69,6 +80,7 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
+    so.int4_ok.argtypes, so.int4_ok.restype = [], ctypes.c_int
     return so
 
 
@@ -117,3 +129,28 @@ def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, 
                  kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
                  out.data_ptr(), is_bf16(out))
     return out
+
+
+def int4_available() -> bool:
+    """Whether int4_mm is built here (the library loads and the CPU has AVX512-VNNI)."""
+    return lib() is not None and bool(lib().int4_ok())
+
+
+def pack_int4(w, group: int = 64):
+    """w [out, in] -> (q: two 4-bit codes per byte [out, in / 2] uint8, scale [out, in / group], lo [out, in / group])
+    with w ≈ q · scale + lo per group (int4_mm's layout: low nibbles one group, high nibbles the next)."""
+    out, k = w.shape
+    g = w.float().view(out, k // group, group)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-8)
+    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(out, k // (2 * group), 2, group)
+    return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2), scale.contiguous(), lo.contiguous()
+
+
+def int4_mm(x, q, scale, lo):
+    """x [n, in] @ the int4 matrix^T -> fp32 [n, out] (n ≤ 8)."""
+    x = x.float().contiguous()
+    y = torch.empty(x.shape[0], q.shape[0])
+    lib().int4_mm(x.data_ptr(), x.shape[0], x.shape[1], q.data_ptr(), scale.data_ptr(), lo.data_ptr(), q.shape[0],
+                  y.data_ptr(), torch.get_num_threads())
+    return y

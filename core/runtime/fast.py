@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from core.kernels import cpu_layer
 from core.runtime.runner import EagerRunner, window_of
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
@@ -272,7 +273,7 @@ class Forms(NamedTuple):
     plain: torch.Tensor | None = None    # [in, out]
     blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
     packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
-    quant: tuple | None = None           # ("int8", q [out, in], scales [out]) | ("int4", packed, group, scales_zeros)
+    quant: tuple | None = None           # (kind, implementation, tensors...): see quantize
 
 
 def forms(wt, fc: FastConfig) -> Forms:
@@ -286,26 +287,32 @@ def forms(wt, fc: FastConfig) -> Forms:
 
 
 def quantize(w, kind: str) -> tuple:
-    """Weight-only quantization of w [out, in] for torch's CPU kernels: int8 symmetric per output channel;
-    int4 asymmetric per group of INT4_GROUP inputs (w = (q - 8) * scale + zero)."""
+    """Weight-only quantization of w [out, in]: int8 symmetric per output channel (torch's kernel); int4 asymmetric
+    per group of INT4_GROUP inputs, w = q · scale + lo, for our AVX512-VNNI kernel where it is built, else torch's.
+    (kind, implementation, tensors...)."""
     w32, dt = w.float().contiguous(), w.dtype
     if kind == "int8":
         scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
-        return "int8", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
+        return "int8", "torch", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
     out, k = w.shape
+    if k % cpu_layer.INT4_PAIR == 0 and cpu_layer.int4_available():
+        return ("int4", "vnni", *cpu_layer.pack_int4(w32, INT4_GROUP))
     g = w32.view(out, k // INT4_GROUP, INT4_GROUP)
     lo, hi = g.amin(-1), g.amax(-1)
     scale = ((hi - lo) / 15).clamp(min=1e-8)
     q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).view(out, k)
     scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
-    return "int4", torch._convert_weight_to_int4pack_for_cpu(q, 1), INT4_GROUP, scales_zeros
+    return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q, 1), INT4_GROUP, scales_zeros
 
 
 def quant_mm(x, quant: tuple):
-    """x [n, in] (the scales' dtype) @ quantized w^T -> [n, out]."""
-    if quant[0] == "int8":
-        return torch._weight_int8pack_mm(x, quant[1], quant[2])
-    return torch._weight_int4pack_mm_for_cpu(x, quant[1], quant[2], quant[3])
+    """x [n, in] @ quantized w^T -> [n, out] (torch's kernels: in the scales' dtype; ours: fp32)."""
+    kind, impl, *t = quant
+    if impl == "vnni":
+        return cpu_layer.int4_mm(x, *t)
+    if kind == "int8":
+        return torch._weight_int8pack_mm(cast(x, t[1].dtype), *t)
+    return torch._weight_int4pack_mm_for_cpu(cast(x, t[2].dtype), *t)
 
 
 def head_weights(model, fast_cfg: FastConfig):
@@ -353,7 +360,7 @@ def mm(x, w: Forms):
     bmm over L2-sized blocks)."""
     plain, blocked, packed, quant = w
     if quant is not None and x.shape[0] <= QUANT_ROWS:
-        return cast(quant_mm(cast(x, quant[-1].dtype), quant), x.dtype)
+        return cast(quant_mm(x, quant), x.dtype)
     if packed is not None:  # padded to row_pad rows: each row then comes out the same whatever n is
         m = row_pad(*packed.shape, torch.get_num_threads()) or 1
         return cast(chunked_mm(cast(x, packed.dtype), packed, m), x.dtype)
