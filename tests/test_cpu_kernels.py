@@ -134,7 +134,8 @@ def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
 @pytest.mark.parametrize("rows", [1, 2, 6])
 def test_int4_product_matches_its_dequantized_matrix_up_to_int8_activations(rows):
     w, x = rand(160, 384, seed=1), rand(rows, 384, seed=2)
-    q, scale, lo = cpu_layer.pack_int4(w)
+    codes, scale, lo = rt.int4_codes(w)
+    q = cpu_layer.pack_int4(codes)
     pairs = q.view(160, 3, 64)  # byte j of a pair: input j of its 1st group (low nibble), of its 2nd (high)
     codes = torch.stack([pairs & 15, pairs >> 4], 2).view(160, 6, 64).float()
     deq = (codes * scale[..., None] + lo[..., None]).view(160, 384)

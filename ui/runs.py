@@ -35,7 +35,7 @@ def make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_s
     the model's measured choice."""
     if int(max_new) > UI_MAX_NEW_TOKENS:
         raise SpecError(f"max new tokens must be at most {UI_MAX_NEW_TOKENS} in the web app, got {int(max_new)}")
-    fixed = {k: v for k, v in draft_defaults(model_id).items() if k in ("shape", "gamma", "context", "rescore")}
+    fixed = {k: v for k, v in draft_defaults(model_id).items() if k not in SLIDERS}
     cfg = SpecConfig(method=method, w_max=int(w_max), k_pre=int(k_pre), k_ver=int(k_ver), fr_size=int(fr_size),
                      rank=int(rank), depth=int(depth), top_k=int(top_k), tree_size=int(tree_size),
                      max_new_tokens=int(max_new), temperature=float(temperature), **fixed)

@@ -86,13 +86,9 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
 
 def read_gbs(gib: float = 1.0, reps: int = 5) -> float:
     """Main-memory read bandwidth now, GB/s: the fastest of `reps` sums over a buffer far larger than the caches."""
+    from core.kernels.bench import seconds
     x = torch.ones(int(gib * 2**30) // 4)
-    best = float("inf")
-    for _ in range(reps + 1):  # the first sum touches the pages
-        t0 = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t0)
-    return x.numel() * 4 / best / 1e9
+    return x.numel() * 4 / seconds(x.sum, x.device, reps) / 1e9
 
 
 def step_bytes(model) -> int:
@@ -153,17 +149,20 @@ def main(argv=None) -> int:
             rows.append({**row, "prompt_id": p.id, "category": p.category})
             print(json.dumps({k: row.get(k) for k in ("variant", "new_tokens", "wall_s", "identical")} | {"prompt": p.id}),
                   file=sys.stderr, flush=True)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"rows": rows, "table": table(rows, names)}, f, indent=1)
+        save(args.out, rows, names)
     bound = memory_bound(rows, pipe.model, read_gbs())
     for r in table(rows, names):
         print("  ".join(f"{k}={v}" for k, v in r.items()))
     print("memory bound: " + "  ".join(f"{k}={v}" for k, v in bound.items()))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, "table": table(rows, names), "memory_bound": bound}, f, indent=1)
+    save(args.out, rows, names, memory_bound=bound)
     return 0
+
+
+def save(path, rows: list, names: list, **extra) -> None:
+    """The rows so far and their table as JSON at `path` (no file without --out)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"rows": rows, "table": table(rows, names), **extra}, f, indent=1)
 
 
 if __name__ == "__main__":

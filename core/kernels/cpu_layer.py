@@ -136,15 +136,12 @@ def int4_available() -> bool:
     return lib() is not None and bool(lib().int4_ok())
 
 
-def pack_int4(w, group: int = 64):
-    """w [out, in] -> (q: two 4-bit codes per byte [out, in / 2] uint8, scale [out, in / group], lo [out, in / group])
-    with w ≈ q · scale + lo per group (int4_mm's layout: low nibbles one group, high nibbles the next)."""
-    out, k = w.shape
-    g = w.float().view(out, k // group, group)
-    lo, hi = g.amin(-1), g.amax(-1)
-    scale = ((hi - lo) / 15).clamp(min=1e-8)
-    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8).view(out, k // (2 * group), 2, group)
-    return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2), scale.contiguous(), lo.contiguous()
+def pack_int4(codes, group: int = 64):
+    """codes [out, in] in 0..15 -> two 4-bit codes per byte [out, in / 2] uint8 in int4_mm's layout: per pair of
+    groups, the low nibbles hold one group and the high nibbles the next."""
+    out, k = codes.shape
+    q = codes.to(torch.uint8).view(out, k // (2 * group), 2, group)
+    return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2)
 
 
 def int4_mm(x, q, scale, lo):

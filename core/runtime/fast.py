@@ -294,15 +294,20 @@ def quantize(w, kind: str) -> tuple:
     if kind == "int8":
         scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
         return "int8", "torch", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
-    out, k = w.shape
-    if k % cpu_layer.INT4_PAIR == 0 and cpu_layer.int4_available():
-        return ("int4", "vnni", *cpu_layer.pack_int4(w32, INT4_GROUP))
+    q, scale, lo = int4_codes(w32)
+    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and cpu_layer.int4_available():
+        return "int4", "vnni", cpu_layer.pack_int4(q, INT4_GROUP), scale.contiguous(), lo.contiguous()
+    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
+    return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), INT4_GROUP, scales_zeros
+
+
+def int4_codes(w32):
+    """w [out, in] fp32 -> (codes [out, in] in 0..15, scale, lo [out, in / INT4_GROUP]), w ≈ codes · scale + lo."""
+    out, k = w32.shape
     g = w32.view(out, k // INT4_GROUP, INT4_GROUP)
     lo, hi = g.amin(-1), g.amax(-1)
     scale = ((hi - lo) / 15).clamp(min=1e-8)
-    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).view(out, k)
-    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
-    return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q, 1), INT4_GROUP, scales_zeros
+    return ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).view(out, k), scale, lo
 
 
 def quant_mm(x, quant: tuple):
