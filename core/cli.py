@@ -11,7 +11,8 @@ from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
-DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver", "context", "rescore")  # per-model defaults: Alias.draft_defaults
+DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver", "context", "rescore",
+              "preview")  # per-model defaults: Alias.draft_defaults
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",
     "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
@@ -26,7 +27,10 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
 
 
 HELP = {"rescore": "SlimSpec / NanoSlim: score each row's top-M low-rank ids again with the full head's rows "
-                   "(SVD-softmax; 0 = the paper's SlimSpec; default: the model's measured choice, else 0)"}
+                   "(SVD-softmax; 0 = the paper's SlimSpec; default: the model's measured choice, else 0)",
+        "preview": "NanoSpec: each row also scores its top-M ids of the draft's low-rank head (--slim-init factors) "
+                   "over the whole vocabulary with the full head's rows, I_t ∪ U (default: the model's measured "
+                   "choice, else 0 = the paper's NanoSpec)"}
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -45,7 +49,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help=f"default: the model's measured shape (core.models.Alias.draft_defaults), else {d.shape}")
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
-    for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "depth", "top_k", "tree_size", "gamma", "seed"):
+    for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "preview", "depth", "top_k", "tree_size",
+                 "gamma", "seed"):
         shaped = name in DRAFT_KEYS  # None: the model's measured shape, else the SpecConfig default
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None if shaped else getattr(d, name),
                        help=HELP.get(name))
@@ -65,8 +70,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def config_from(args, method: str) -> SpecConfig:
     """The engine options of `args`; draft-shape options not given come from the model's measured shape."""
     from core.models import draft_defaults
-    keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "depth", "top_k", "tree_size",
-            "gamma", "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init", "context", "context_len")
+    keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "preview", "depth", "top_k",
+            "tree_size", "gamma", "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init", "context", "context_len")
     opts = {k: getattr(args, k) for k in keys}
     shape = draft_defaults(getattr(args, "model", None))
     opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in DRAFT_KEYS if opts[k] is None}

@@ -32,6 +32,7 @@ class SpecConfig:
     fr_size: int = 8192
     rank: int = 0  # 0 = d // 8
     rescore: int = 0  # SlimSpec / NanoSlim: score each row's top-m low-rank ids again with the full rows (0 = off)
+    preview: int = 0  # NanoSpec: each row also scores its top-m low-rank ids over V with the full rows (0 = off)
     slim_init: str = "trained"  # trained: the factors shipped with the draft head where they exist, else SVD; svd
     depth: int = 3  # draft shape; a model with a measured shape gets its own (core.models.Alias.draft_defaults)
     top_k: int = 2
@@ -67,6 +68,7 @@ class SpecConfig:
         _bound("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _bound("seed", self.seed, 0, 2**63 - 1)
         _bound("rescore", self.rescore, 0, MAX_W_MAX)
+        _bound("preview", self.preview, 0, MAX_W_MAX)
         _bound("rank", self.rank, 0, d if d is not None else MAX_W_MAX)
         _number("temperature", self.temperature)
         _number("top_p", self.top_p)

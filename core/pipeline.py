@@ -203,7 +203,8 @@ class Pipeline:
                 raise SpecError(f"no frequency table for {self.model_id}: build one with python -m core freq")
             from core.freq import frspec_ids, special_ids
             fr_ids = frspec_ids(self.fr_rank, cfg.fr_size, special_ids(self.tokenizer))
-        slim = self.slim_factors(cfg.rank, cfg.slim_init) if cfg.method in ("slimspec", "nanoslim") else None
+        low_rank = cfg.method in ("slimspec", "nanoslim") or (cfg.method == "nanospec" and cfg.preview)
+        slim = self.slim_factors(cfg.rank, cfg.slim_init) if low_rank else None
         return build_head(cfg.method, self.drafter.head_weight, cfg, fr_ids, slim, cfg.backend)
 
     def eos_ids(self) -> set:

@@ -312,6 +312,12 @@ def test_a_rescoring_low_rank_head_says_so_under_its_summary():
     assert not trace_notes({"cfg": {"method": "nanospec", "rescore": 512}})
 
 
+def test_a_previewing_nanospec_run_says_what_it_adds_to_the_active_vocabulary():
+    from viz.notes import trace_notes
+    assert "top 64" in trace_notes({"cfg": {"method": "nanospec", "preview": 64}})[0]
+    assert not trace_notes({"cfg": {"method": "nanospec", "preview": 0}})
+
+
 def test_switching_the_model_pair_shows_that_pairs_example_but_keeps_a_visitors_run():
     example = run_tab.initial_trace()
     got = run_tab.show_example(f"{DEFAULT_MODEL}|self", example)

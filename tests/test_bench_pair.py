@@ -1,4 +1,4 @@
-"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM][-wWEIGHTS]."""
+"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM | -pM][-wWEIGHTS]."""
 import pytest
 
 from core.experiments.bench_pair import variant
@@ -27,3 +27,8 @@ def test_the_memory_bound_streams_every_weight_but_the_gathered_embeddings(tiny_
     rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10}, {"variant": "hf", "wall_s": 2.0, "new_tokens": 10}]
     bound = memory_bound(rows, tiny_target, gbs=step_bytes(tiny_target) / 0.05 / 1e9)  # a 50 ms floor
     assert (bound["ar_ms"], bound["hf_ms"], bound["floor_ms"], bound["best_x_hf"]) == (100.0, 200.0, 50.0, 4.0)
+
+
+def test_a_preview_suffix_names_nanospecs_low_rank_preview_only():
+    assert variant("nanospec-noctx-p64") == ("nanospec", {"context": "off", "preview": 64})
+    assert variant("slimspec-p64") is None and variant("nanospec-r64-p64") is None

@@ -78,3 +78,27 @@ def test_heads_without_rescoring_score_their_own_logits():
         head = build_head(method, W, SpecConfig(method=method, rank=4))
         logits, ids = head.score(H)
         assert ids is None and torch.equal(logits, head.logits(H))
+
+
+def test_previewing_nanospec_scores_the_active_vocabulary_and_each_rows_low_rank_top_m():
+    head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=40, rank=4, preview=6))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    logits, ids = head.score(H)
+    up, down = svd_factors(W, 4)
+    preview = ((H @ down.T) @ up.T).topk(6, dim=-1).indices
+    assert set(ids.tolist()) == set(head.active_ids().tolist()) | set(preview.reshape(-1).tolist())
+    assert ids.unique().numel() == ids.numel()
+    torch.testing.assert_close(logits, H @ W[ids].T)
+
+
+def test_previewing_the_whole_vocabulary_gives_the_full_heads_argmax():
+    head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=8, rank=2, preview=V))
+    head.on_prefill(torch.tensor([1, 2]), torch.randn(2, V))
+    logits, ids = head.score(H)
+    assert torch.equal(ids[logits.argmax(-1)], (H @ W.T).argmax(-1))
+
+
+def test_rescoring_applies_only_to_low_rank_heads():
+    head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=40, rank=4, rescore=5, preview=6))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    assert set(head.active_ids().tolist()) <= set(head.score(H)[1].tolist())

@@ -52,7 +52,9 @@ def test_separate_draft_model_greedy_equals_target_greedy(tiny_target, ar_record
     SpecConfig(method="nanospec", window="fifo", w_max=5, max_new_tokens=30),
     SpecConfig(method="slimspec", rank=4, rescore=3, max_new_tokens=30),
     SpecConfig(method="nanoslim", w_max=48, rank=4, rescore=2, max_new_tokens=30),
-], ids=["wmax1-nanospec", "wmax1-nanoslim", "max-tree", "fifo-window", "rescore-slimspec", "rescore-nanoslim"])
+    SpecConfig(method="nanospec", w_max=8, rank=4, preview=3, max_new_tokens=30),
+], ids=["wmax1-nanospec", "wmax1-nanoslim", "max-tree", "fifo-window", "rescore-slimspec", "rescore-nanoslim",
+        "preview-nanospec"])
 def test_greedy_lossless_under_extreme_settings(tiny_target, cfg):
     ar = run(tiny_target, None, SpecConfig(method="ar", max_new_tokens=30))
     assert compare_to_ar(run(tiny_target, tiny_target, cfg), ar)["identical"]

@@ -160,3 +160,12 @@ def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for()
     assert {cfg.rescore for _, _, cfg in jobs} == {0} and {cfg.context for _, _, cfg in jobs} == {"off"}
     jobs = paper.plan(bench.parse(model + ["--rescore", "64"]), prompts)
     assert {cfg.rescore for _, name, cfg in jobs if name == "slimspec"} == {64}
+
+
+def test_the_paper_grid_runs_the_papers_nanospec_unless_a_preview_is_asked_for():
+    from core.prompts import Prompt
+    prompts = [Prompt("c-1", "code", "def f():")]
+    model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
+    assert {cfg.preview for _, _, cfg in paper.plan(bench.parse(model), prompts)} == {0}
+    jobs = paper.plan(bench.parse(model + ["--preview", "32"]), prompts)
+    assert {cfg.preview for _, name, cfg in jobs if name == "nanospec"} == {32}

@@ -67,14 +67,15 @@ def chi2_pvalue(counts, probs, n):
 
 @pytest.mark.slow  # N = 1500 sampled generations per case
 @pytest.mark.parametrize("shape", ["chain", "tree"])
-@pytest.mark.parametrize("method", ["ar", "full", "frspec", "nanospec", "slimspec", "nanoslim", "slimspec-rescore"])
+@pytest.mark.parametrize("method", ["ar", "full", "frspec", "nanospec", "slimspec", "nanoslim", "slimspec-rescore",
+                                    "nanospec-preview"])
 def test_sampling_keeps_the_target_distribution(method, shape):
-    method, _, rescore = method.partition("-")
+    method, _, option = method.partition("-")
     counts = {}
     for seed in range(N):
         cfg = SpecConfig(method=method, shape=shape, temperature=1.0, max_new_tokens=3, seed=seed, w_max=3,
                          k_pre=1, k_ver=1, rank=2, gamma=2, depth=2, top_k=2, tree_size=4, timing=False,
-                         rescore=2 if rescore else 0)
+                         rescore=2 if option == "rescore" else 0, preview=1 if option == "preview" else 0)
         drafter = ModelDrafter(BigramRunner(DRAFT))
         head = None if method == "ar" else build_head(method, drafter.head_weight, cfg, fr_ids=torch.tensor([0, 2, 3]))
         toks = tuple(t for r in generate(BigramRunner(TARGET), drafter, head, [0], cfg) for t in r.emitted)

@@ -42,6 +42,10 @@ def trace_notes(meta: dict) -> tuple:
         notes += (f"The low-rank head previews, then the full head's rows score each draft position's top "
                   f"{cfg['rescore']} preview ids again (SVD-softmax): it drafts what the full head would wherever "
                   f"those choices are among them. On the command line, --rescore 0 runs the papers' plain low-rank head.",)
+    if cfg.get("method") == "nanospec" and cfg.get("preview"):
+        notes += (f"Besides I_t, the full head's rows score each draft position's top {cfg['preview']} ids of the "
+                  f"draft's low-rank head over the whole vocabulary: the rare tokens the stream misses can still be "
+                  f"drafted. On the command line, --preview 0 runs the paper's NanoSpec.",)
     return notes
 
 

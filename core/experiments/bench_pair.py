@@ -19,12 +19,13 @@ from core.config import SpecConfig
 from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM][-wWEIGHTS] over the target's measured draft defaults
-# (-rM: a low-rank head rescores its top-M, M = 0 the paper's SlimSpec); "hf" / "hf-assisted" run transformers
+# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM | -pM][-wWEIGHTS] over the target's measured draft
+# defaults (-rM: a low-rank head rescores its top-M, M = 0 the paper's SlimSpec; -pM: NanoSpec previews the top-M of
+# the low-rank head over V, M = 0 the paper's NanoSpec); "hf" / "hf-assisted" run transformers
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
-                     r"(?P<ctx>-noctx|-ctx)?(?:-r(?P<rescore>\d+))?(?:-w(?P<weights>model|int8|int4))?")
-EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, slimspec-r512, "
+                     r"(?P<ctx>-noctx|-ctx)?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?(?:-w(?P<weights>model|int8|int4))?")
+EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, slimspec-r512, nanospec-p64, "
             "nanospec-chain3-wint4")
 
 
@@ -32,13 +33,15 @@ def variant(name: str) -> tuple | None:
     """name -> (method, options: SpecConfig fields, and draft_weights), or None if it does not parse."""
     m = VARIANT.fullmatch(name)
     if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
-            or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")):
+            or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")) \
+            or (m["preview"] and m["method"] != "nanospec"):
         return None
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
         opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
     opts |= {"context": "off" if m["ctx"] == "-noctx" else "on"} if m["ctx"] else {}
     opts |= {"rescore": int(m["rescore"])} if m["rescore"] else {}
+    opts |= {"preview": int(m["preview"])} if m["preview"] else {}
     opts |= {"draft_weights": m["weights"]} if m["weights"] else {}
     return m["method"], opts
 

@@ -102,8 +102,10 @@ def _with(cfg, **over) -> SpecConfig:
 
 def plan(args, prompts) -> list:
     """[(prompt, variant, cfg)] in run order: per prompt, the main methods (AR first), then its sweeps."""
-    # the paper's methods: without context drafting, SlimSpec without rescoring unless --rescore says so
-    base = _with(bench.config_from(args, "nanospec"), context="off", rescore=args.rescore or 0)
+    # the papers' methods: without context drafting, SlimSpec without rescoring and NanoSpec without a low-rank
+    # preview unless --rescore / --preview say so
+    base = _with(bench.config_from(args, "nanospec"), context="off", rescore=args.rescore or 0,
+                 preview=args.preview or 0)
     main = {m: _with(base, method=m) for m in METHODS}
     sweep = sweep_variants(base)
     sweep_ids = {p.id for p in sweep_prompts(prompts, args.sweep_prompts)}

@@ -10,6 +10,10 @@ Restricted heads keep R[I] in a dense repack buffer; the stream's updates touch 
 A low-rank head may rescore (`rescore` = m > 0, SVD-softmax, Shim et al. 2017): its logits are a preview, and the
 union U of each row's top-m preview ids is scored again with the full rows, h @ W[U]ᵀ. The draft then picks among
 exact logits; tokens outside U get q = 0, as tokens outside I_t do.
+
+NanoSpec may preview too (`preview` = m > 0): each row also scores, with the full rows, its top-m ids of the low-rank
+head over the whole vocabulary, I_t ∪ U. The stream's misses are rare tokens that a strong draft does propose; the
+preview catches them at the cost of one low-rank product over V per call.
 """
 from contextlib import nullcontext
 
@@ -23,14 +27,18 @@ from core.spec.stream import CandidateStream, StreamEvent
 
 class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
-                 sources=SOURCES, exact=None, rescore=0):
+                 sources=SOURCES, exact=None, rescore=0, preview=None):
         cpu_bf16 = rows.device.type == "cpu" and rows.dtype == torch.bfloat16
         if cpu_bf16 and down is not None:
             # the CPU low-rank product runs in fp32 (lowrank_logits_torch): cast the factors once, not per call
             rows, down = rows.float(), down.float()
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
-        self.exact, self.rescore = exact, rescore if exact is not None else 0  # W [V, d] for the rescoring pass
+        self.exact = exact  # W [V, d] for the rescoring / preview pass
+        self.rescore = rescore if exact is not None and down is not None else 0
+        if preview is not None and cpu_bf16:
+            preview = (preview[0].float(), preview[1].float(), preview[2])
+        self.preview = preview if exact is not None and stream is not None else None  # (W_up, W_down, m)
         self.vocab_size = rows.shape[0]
         self.static_ids = static_ids
         self.buf = None
@@ -76,12 +84,23 @@ class DraftHead:
     def score(self, h: torch.Tensor) -> tuple:
         """h [n, d] -> (fp32 logits [n, k], their full-vocabulary ids [k] or None for the whole vocabulary)."""
         logits, ids = self.logits(h), self.active_ids()
-        if not self.rescore:
-            return logits, ids
-        top = logits.topk(min(self.rescore, logits.shape[1]), dim=-1).indices.unique()  # U: union of rows' top-m
-        cand = top if ids is None else ids[top.to(ids.device)]
-        rows = self.exact.index_select(0, cand.to(self.exact.device))
-        return (h.to(rows.dtype) @ rows.T).float(), cand  # [n, d] @ [d, |U|]
+        if self.rescore:
+            top = logits.topk(min(self.rescore, logits.shape[1]), dim=-1).indices.unique()  # U: union of rows' top-m
+            cand = top if ids is None else ids[top.to(ids.device)]
+            rows = self.exact.index_select(0, cand.to(self.exact.device))
+            return (h.to(rows.dtype) @ rows.T).float(), cand  # [n, d] @ [d, |U|]
+        if self.preview is not None:
+            extra = self._preview_ids(h)
+            rows = self.exact.index_select(0, extra.to(self.exact.device))
+            return torch.cat([logits, h.float() @ rows.float().T], 1), torch.cat([ids, extra.to(ids.device)])
+        return logits, ids
+
+    def _preview_ids(self, h: torch.Tensor) -> torch.Tensor:
+        """U minus I_t: the ids of each row's top-m low-rank logits over V that are not in I_t."""
+        up, down, m = self.preview
+        top = kernels.lowrank_logits(h, down, up, None, self.backend).topk(min(m, up.shape[0]), dim=-1)
+        top = top.indices.unique().cpu()  # U: union of the rows' top-m, [n, d] @ [d, r] @ [r, V]
+        return top[self.stream.slot_of[top] < 0]
 
     def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
         """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
@@ -131,17 +150,17 @@ def svd_factors(W: torch.Tensor, rank: int):
 
 def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> DraftHead:
     """method in full|frspec|nanospec|slimspec|nanoslim; W = the draft's full LM head [V, d];
-    slim = (W_up, W_down) trained factors, else SVD of W at cfg.rank (0 = d/8)."""
+    slim = (W_up, W_down) trained factors, else SVD of W at cfg.rank (0 = d/8); NanoSpec previews with them when
+    cfg.preview > 0."""
     V, d = W.shape
-    if method in ("slimspec", "nanoslim"):
-        up, down = slim if slim is not None else svd_factors(W, cfg.rank or max(d // 8, 1))
-        rows = up
-    else:
-        rows, down = W, None
+    if slim is None and (method in ("slimspec", "nanoslim") or (method == "nanospec" and cfg.preview)):
+        slim = svd_factors(W, cfg.rank or max(d // 8, 1))
+    rows, down = slim if method in ("slimspec", "nanoslim") else (W, None)
     if method == "frspec" and fr_ids is None:
         raise SpecError("frspec needs a frequency table (python -m core freq)")
     stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
     static = fr_ids if method == "frspec" else None
-    exact = W if down is not None and cfg.rescore else None
+    preview = (*slim, cfg.preview) if method == "nanospec" and cfg.preview else None
+    exact = W if (down is not None and cfg.rescore) or preview is not None else None
     return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend, cfg.source_set(), exact,
-                     cfg.rescore)
+                     cfg.rescore, preview)
