@@ -12,7 +12,7 @@ from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.spec.draft import ModelDrafter
 from core.spec.engine import generate
 from core.errors import SpecError
-from core.spec.heads import build_head, svd_factors
+from core.spec.heads import build_head, svd_factors, uses_factors
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
 from core.runtime.fast import FastConfig, make_runner
 
@@ -203,8 +203,7 @@ class Pipeline:
                 raise SpecError(f"no frequency table for {self.model_id}: build one with python -m core freq")
             from core.freq import frspec_ids, special_ids
             fr_ids = frspec_ids(self.fr_rank, cfg.fr_size, special_ids(self.tokenizer))
-        low_rank = cfg.method in ("slimspec", "nanoslim") or (cfg.method == "nanospec" and cfg.preview)
-        slim = self.slim_factors(cfg.rank, cfg.slim_init) if low_rank else None
+        slim = self.slim_factors(cfg.rank, cfg.slim_init) if uses_factors(cfg.method, cfg.preview) else None
         return build_head(cfg.method, self.drafter.head_weight, cfg, fr_ids, slim, cfg.backend)
 
     def eos_ids(self) -> set:

@@ -34,11 +34,10 @@ class DraftHead:
             rows, down = rows.float(), down.float()
         self.name, self.rows, self.down, self.stream, self.sources = name, rows, down, stream, set(sources)
         self.k_pre, self.k_ver, self.backend = k_pre, k_ver, backend
-        self.exact = exact  # W [V, d] for the rescoring / preview pass
-        self.rescore = rescore if exact is not None and down is not None else 0
+        self.exact, self.rescore = exact, rescore  # W [V, d] for the rescoring / preview pass
         if preview is not None and cpu_bf16:
             preview = (preview[0].float(), preview[1].float(), preview[2])
-        self.preview = preview if exact is not None and stream is not None else None  # (W_up, W_down, m)
+        self.preview = preview  # (W_up, W_down, m)
         self.vocab_size = rows.shape[0]
         self.static_ids = static_ids
         self.buf = None
@@ -148,19 +147,26 @@ def svd_factors(W: torch.Tensor, rank: int):
     return (U[:, :rank] * root).to(W.dtype).contiguous(), (root[:, None] * Vh[:rank]).to(W.dtype).contiguous()
 
 
+def uses_factors(method: str, preview: int) -> bool:
+    """Whether the head needs low-rank factors: SlimSpec's and NanoSlim's rows, or NanoSpec's preview."""
+    return method in ("slimspec", "nanoslim") or (method == "nanospec" and preview > 0)
+
+
 def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> DraftHead:
     """method in full|frspec|nanospec|slimspec|nanoslim; W = the draft's full LM head [V, d];
     slim = (W_up, W_down) trained factors, else SVD of W at cfg.rank (0 = d/8); NanoSpec previews with them when
     cfg.preview > 0."""
     V, d = W.shape
-    if slim is None and (method in ("slimspec", "nanoslim") or (method == "nanospec" and cfg.preview)):
+    low_rank = method in ("slimspec", "nanoslim")
+    if slim is None and uses_factors(method, cfg.preview):
         slim = svd_factors(W, cfg.rank or max(d // 8, 1))
-    rows, down = slim if method in ("slimspec", "nanoslim") else (W, None)
+    rows, down = slim if low_rank else (W, None)
     if method == "frspec" and fr_ids is None:
         raise SpecError("frspec needs a frequency table (python -m core freq)")
     stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
     static = fr_ids if method == "frspec" else None
     preview = (*slim, cfg.preview) if method == "nanospec" and cfg.preview else None
-    exact = W if (down is not None and cfg.rescore) or preview is not None else None
+    rescore = cfg.rescore if low_rank else 0  # rescoring is a low-rank head's; NanoSpec's full rows need none
+    exact = W if rescore or preview is not None else None
     return DraftHead(method, rows, down, static, stream, cfg.k_pre, cfg.k_ver, backend, cfg.source_set(), exact,
-                     cfg.rescore, preview)
+                     rescore, preview)
