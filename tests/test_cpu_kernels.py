@@ -145,6 +145,13 @@ def test_int4_product_matches_its_dequantized_matrix_up_to_int8_activations(rows
     assert err < 0.02, float(err)  # int8 rounding of each activation row
 
 
+@pytest.mark.parametrize("rows, k", [(cpu_layer.INT4_MAX_ROWS + 1, 256), (0, 256), (2, 192), (2, 128)])
+def test_int4_product_refuses_shapes_its_kernel_cannot_hold(rows, k):
+    q = torch.zeros(16, 128, dtype=torch.uint8)  # packed for 256 inputs
+    with pytest.raises(ValueError, match="int4_mm"):
+        cpu_layer.int4_mm(torch.zeros(rows, k), q, torch.zeros(16, 4), torch.zeros(16, 4))
+
+
 @pytest.mark.skipif(not cpu_layer.int4_available(), reason="no AVX512-VNNI: int4 draft weights use torch's kernel")
 def test_the_runtime_quantizes_int4_for_its_own_kernel_where_it_is_built():
     assert rt.quantize(rand(64, 256).bfloat16(), "int4")[:2] == ("int4", "vnni")

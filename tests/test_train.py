@@ -11,7 +11,7 @@ from core.spec.eagle import EagleConfig, EagleHead, init_from_target
 from core.errors import SpecError
 from core.tiny import tiny_model, tiny_tokenizer
 from core.train.loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
-from core.train.slim import SlimConfig, train_factors
+from core.train.slim import SlimConfig, held_out, svd_init, train_factors, whitened_svd
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
 
@@ -208,6 +208,46 @@ def test_slim_top1_term_runs_and_kl_falls():
     W, h = slim_setting()
     _, _, before, after = train_factors(W, h, 4, steps=40, batch=128, lr=1e-2, seed=0, log=lambda s: None, ce_w=0.5)
     assert after[0] < before[0] and after[1] >= before[1]
+
+
+def logit_error(W, up, down, h):
+    return float(((h @ W.T - (h @ down.T) @ up.T) ** 2).mean())
+
+
+def test_whitened_svd_is_the_plain_svd_on_white_inputs():
+    W, _ = slim_setting()
+    h = torch.linalg.qr(torch.randn(1024, 32, generator=torch.Generator().manual_seed(1)))[0] * 32  # E[h^T h] = I
+    K, down = whitened_svd(W, h, 4)
+    up_s, down_s = svd_init(W, 4)
+    assert torch.allclose((W @ K.T) @ down, up_s @ down_s, atol=1e-4)
+
+
+def test_whitened_svd_fits_the_logits_of_its_inputs_better_than_svd():
+    W, h = slim_setting()
+    h = h * torch.logspace(-1, 1, 32)  # inputs that use some directions far more than others
+    K, down = whitened_svd(W, h, 4)
+    assert logit_error(W, W @ K.T, down, h) < 0.8 * logit_error(W, *svd_init(W, 4), h)
+
+
+def test_slim_tied_rows_train_and_stay_rows_of_w():
+    W, h = slim_setting()
+    up, down, before, after = train_factors(W, h, 4, steps=40, batch=128, lr=1e-2, seed=0, log=lambda s: None,
+                                            rows="tied")
+    assert after[0] < before[0]
+    coef = torch.linalg.lstsq(W, up).solution  # W_up = W K^T lies in W's column space
+    assert torch.allclose(W @ coef, up, atol=1e-4)
+
+
+def test_slim_unknown_rows_is_a_clear_error():
+    W, h = slim_setting()
+    with pytest.raises(SpecError, match="--rows"):
+        train_factors(W, h, 4, steps=1, batch=8, lr=1e-2, seed=0, log=lambda s: None, rows="shared")
+
+
+def test_held_out_recall_is_at_least_top1_agreement():
+    W, h = slim_setting()
+    kl, top1, recall = held_out(W, *svd_init(W, 4), h)
+    assert 0 <= top1 <= recall <= 1 and kl > 0
 
 
 def test_slim_resume_equals_uninterrupted(tmp_path):

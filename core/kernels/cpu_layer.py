@@ -144,8 +144,14 @@ def pack_int4(codes, group: int = 64):
     return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2)
 
 
+INT4_MAX_ROWS = 8  # MAXM in cpu_layer.c: the kernel's per-row arrays live on its stack
+
+
 def int4_mm(x, q, scale, lo):
-    """x [n, in] @ the int4 matrix^T -> fp32 [n, out] (n ≤ 8)."""
+    """x [n, in] @ the int4 matrix^T -> fp32 [n, out] (n ≤ INT4_MAX_ROWS, in a multiple of 128)."""
+    if not 1 <= x.shape[0] <= INT4_MAX_ROWS or x.shape[1] % 128 or q.shape[1] * 2 != x.shape[1]:
+        raise ValueError(f"int4_mm: x [{x.shape[0]}, {x.shape[1]}] needs 1..{INT4_MAX_ROWS} rows and an input size "
+                         f"that is a multiple of 128 matching the packed matrix's {q.shape[1] * 2}")
     x = x.float().contiguous()
     y = torch.empty(x.shape[0], q.shape[0])
     lib().int4_mm(x.data_ptr(), x.shape[0], x.shape[1], q.data_ptr(), scale.data_ptr(), lo.data_ptr(), q.shape[0],

@@ -97,7 +97,8 @@ def train_slim(ck, tcfg, model, budget: float) -> dict:
     steps = int(re.findall(r"slim step (\d+)/", logged[-1])[0])  # fewer than planned when the time ran out
     name = slim_file(r, own=False)
     ts.save_factors(str(Path(tcfg.out) / name), up, down)
-    a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=tcfg.out, cache=tcfg.out, seed=0)
+    a = argparse.Namespace(ce_w=0.0, steps=steps, batch=batch, lr=3e-3, head=tcfg.out, cache=tcfg.out, seed=0,
+                           rows="free")
     line = ts.card_line(a, name, W, r, len(h), before, after, time.time() - t0)
     with open(Path(tcfg.out) / "training_card.md", "a") as f:
         f.write((line.replace("SVD init", "init: the shipped factors") if init else line) + "\n")

@@ -71,8 +71,9 @@ def lr_at(step: int, steps: int, lr: float, warmup: int, frac: float = 0.0) -> f
 
 
 def set_lr(opt, lr: float) -> None:
+    """Every param group at lr, times the group's own "scale" where it has one."""
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g.get("scale", 1.0)
 
 
 def due(step: int, every: int, last: int) -> bool:

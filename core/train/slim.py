@@ -7,7 +7,10 @@ final hidden states on teacher-forced corpus responses (--head MODEL: factors of
 draft model). lr: linear warmup, then cosine down to 10%. A long run is resumable: every --ckpt-every steps
 OUT/slim_ckpt.pt (factors, Adam state, step, batch RNG) is written atomically and a rerun with the same settings
 continues from it (--steps may be raised); a model's inputs are kept in OUT/slim_inputs.pt; progress goes to
-OUT/slim_progress.log, held-out KL / top-1 agreement every --eval-every steps.
+OUT/slim_progress.log, held-out KL / top-1 agreement / top-512 recall every --eval-every steps.
+--rows tied trains W_up = W K^T instead of free rows (K [r, d]): every row, rare tokens' too, then follows its own row
+of W, so the full head's argmax stays in the low-rank top-M on text unlike the training data (what rescoring needs);
+it starts from the data-aware SVD (whitened_svd), not the plain one.
 Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for --head MODEL) and appends a line to
 OUT/training_card.md.
 """
@@ -21,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import write_atomic
+from core.errors import SpecError
 from core.pipeline import head_dir, slim_file
 from core.spec.heads import svd_factors
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
@@ -42,15 +46,44 @@ class SlimConfig:
     lr: float = field(default=1e-3, metadata={"help": "peak lr (warmup, then cosine to 10%%)"})
     warmup: int | None = field(default=None, metadata={"help": "warmup steps (default: min(100, steps/20))"})
     ce_w: float = field(default=0.0, metadata={"help": "weight of CE at the full head's argmax"})
+    rows: str = field(default="free", metadata={"help": "free: W_up [V, r] trained row by row; tied: W_up = W K^T, "
+                                                         "K [r, d] trained (from the data-aware SVD)"})
     ckpt_every: int = 100
     eval_every: int = 250
     seed: int = 0
     threads: int = 1
 
 
+ROWS = ("free", "tied")
+RECALL_M = 512  # the rescoring default's top-M (core/models.py)
+
+
 def svd_init(W, r):
     """fp32 factors of the truncated SVD of W, computed in fp64."""
     return tuple(x.float() for x in svd_factors(W.double(), r))
+
+
+def sqrt_sym(A, inverse=False, floor=1e-9):
+    """A^{1/2} (or A^{-1/2}) of a symmetric PSD matrix, eigenvalues floored at floor * the largest."""
+    e, Q = torch.linalg.eigh(A)
+    e = e.clamp_min(e.max() * floor)
+    return (Q * (e.rsqrt() if inverse else e.sqrt())) @ Q.T
+
+
+def whitened_svd(W, h, r):
+    """fp32 (K [r, d], W_down [r, d]) of the data-aware SVD, W_up = W K^T: the rank-r M = W_down^T K that minimises
+    E_h ||h W^T - h M W^T||^2 over the inputs h (every logit weighted alike, rare tokens' too). With C = E[h^T h],
+    G = W^T W and C^{1/2} G^{1/2} = U S V^T: M = C^{-1/2} U_r U_r^T C^{1/2}. Computed in fp64."""
+    h64, W64 = h.double(), W.double()
+    C, G = h64.T @ h64 / len(h64), W64.T @ W64
+    Ch = sqrt_sym(C)
+    U = torch.linalg.svd(Ch @ sqrt_sym(G))[0][:, :r]
+    return (U.T @ Ch).float().contiguous(), (U.T @ sqrt_sym(C, inverse=True)).float().contiguous()
+
+
+def up_of(W, first, rows: str):
+    """W_up from the first trained factor: itself (free rows) or W K^T (tied)."""
+    return W @ first.T if rows == "tied" else first
 
 
 @torch.no_grad()
@@ -72,12 +105,15 @@ def head_inputs(head, ids, feats, n_tokens, seed):
     return torch.cat(hs)[:n_tokens]
 
 
-def kl_stats(W, up, down, h):
-    """forward KL(full || low-rank) per token and top-1 agreement."""
+def kl_stats(W, up, down, h, m=RECALL_M):
+    """forward KL(full || low-rank) per token, top-1 agreement, and top-m recall: how often the full head's argmax is
+    among the low-rank head's m highest logits (what rescoring the top m needs)."""
     logp = F.log_softmax(h @ W.T, -1)
     logq = F.log_softmax((h @ down.T) @ up.T, -1)
     kl = (logp.exp() * (logp - logq)).sum(-1).mean()
-    return kl, (logp.argmax(-1) == logq.argmax(-1)).float().mean()
+    best = logp.argmax(-1, keepdim=True)
+    recall = ((logq > logq.gather(1, best)).sum(-1) < m).float().mean()
+    return kl, (best[:, 0] == logq.argmax(-1)).float().mean(), recall
 
 
 def slim_loss(W, up, down, h, ce_w):
@@ -93,13 +129,12 @@ def slim_loss(W, up, down, h, ce_w):
 
 @torch.no_grad()
 def held_out(W, up, down, val, chunk=512):
-    """[KL, top-1 agreement] of the factors over the held-out inputs, `chunk` rows at a time."""
-    kl = top1 = 0.0
+    """[KL, top-1 agreement, top-512 recall] of the factors over the held-out inputs, `chunk` rows at a time."""
+    total = [0.0, 0.0, 0.0]
     for i in range(0, len(val), chunk):
-        k, t = kl_stats(W, up, down, val[i:i + chunk])
         n = len(val[i:i + chunk])
-        kl, top1 = kl + float(k) * n, top1 + float(t) * n
-    return [kl / len(val), top1 / len(val)]
+        total = [t + float(x) * n for t, x in zip(total, kl_stats(W, up, down, val[i:i + chunk]))]
+    return [t / len(val) for t in total]
 
 
 def split_val(h):
@@ -108,33 +143,43 @@ def split_val(h):
     return h[:n_val], h[n_val:]
 
 
-def write_ckpt(path, up, down, opt, gen, state, settings):
-    save_checkpoint(path, {"up": up.detach(), "down": down.detach(), "opt": opt.state_dict(), "rng": gen.get_state(),
-                           "state": dict(state), "settings": settings})
+def write_ckpt(path, first, down, opt, gen, state, settings):
+    save_checkpoint(path, {"up": first.detach(), "down": down.detach(), "opt": opt.state_dict(),
+                           "rng": gen.get_state(), "state": dict(state), "settings": settings})
 
 
-def start(W, r, lr, seed, ckpt, settings, init=None):
-    """(up, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else from `init`
-    (W_up, W_down), else SVD init."""
-    first = svd_init(W, r) if init is None else [x.to(W.device, torch.float32).clone() for x in init]
-    up, down = (x.requires_grad_() for x in first)
-    opt = torch.optim.Adam([up, down], lr=lr)
+def first_factors(W, h, r, rows, init=None):
+    """fp32 (first, W_down) to train: `init` (W_up, W_down) given, else SVD (free rows) or the data-aware SVD's
+    (K, W_down) (tied rows)."""
+    if init is not None:
+        return [x.to(W.device, torch.float32).clone() for x in init]
+    return list(whitened_svd(W, h, r) if rows == "tied" else svd_init(W, r))
+
+
+def start(W, h, r, lr, seed, ckpt, settings, init=None, rows="free"):
+    """(first, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else first_factors.
+    first is W_up (free rows) or K (tied rows, W_up = W K^T); tied factors step at lr times their own RMS."""
+    if rows not in ROWS:
+        raise SpecError(f"train-slim: --rows must be one of {', '.join(ROWS)}, got {rows!r}")
+    first, down = (x.requires_grad_() for x in first_factors(W, h, r, rows, init))
+    scale = [float(x.detach().pow(2).mean().sqrt()) if rows == "tied" else 1.0 for x in (first, down)]
+    opt = torch.optim.Adam([{"params": [x], "scale": s} for x, s in zip((first, down), scale)], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     state = {"step": 0, "elapsed": 0.0, "before": None}
     ck = load_checkpoint(ckpt, settings)
     if ck is not None:
         with torch.no_grad():
-            up.copy_(ck["up"])
+            first.copy_(ck["up"])
             down.copy_(ck["down"])
         opt.load_state_dict(ck["opt"])
         gen.set_state(ck["rng"])
         state = ck["state"]
-    return up, down, opt, gen, state
+    return first, down, opt, gen, state
 
 
-def train_step(W, up, down, opt, hb, lr, ce_w):
+def train_step(W, first, down, opt, hb, lr, ce_w, rows):
     set_lr(opt, lr)
-    loss, kl = slim_loss(W, up, down, hb, ce_w)
+    loss, kl = slim_loss(W, up_of(W, first, rows), down, hb, ce_w)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -142,24 +187,29 @@ def train_step(W, up, down, opt, hb, lr, ce_w):
 
 
 def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=None, ckpt=None,
-                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None, init=None):
-    """Trained (W_up, W_down, held-out [KL, top-1] at SVD init, after); resumes from / writes `ckpt`.
+                  ckpt_every=250, eval_every=250, log_every=50, settings=None, max_seconds=None, init=None,
+                  rows="free"):
+    """Trained (W_up, W_down, held-out [KL, top-1, top-512 recall] at init, after); resumes from / writes `ckpt`.
     max_seconds: stop earlier once this much training time has passed (the schedule still spans `steps`);
-    init: (W_up, W_down) to start from instead of the SVD (e.g. the factors of the head this one was tuned from)."""
+    init: (W_up, W_down) to start from instead of the SVD (e.g. the factors of the head this one was tuned from);
+    rows: "free" or "tied" (W_up = W K^T)."""
     settings = settings or {}
     val, tr = split_val(h)
     warmup = min(100, max(1, steps // 20)) if warmup is None else warmup
-    up, down, opt, gen, st = start(W, r, lr, seed, ckpt, settings, init)
+    first, down, opt, gen, st = start(W, tr, r, lr, seed, ckpt, settings, init, rows)
+
+    def evaluate():
+        return held_out(W, up_of(W, first.detach(), rows), down.detach(), val)
     if st["before"] is None:
-        st["before"] = held_out(W, up, down, val)
-        log(f"slim step 0/{steps} held-out kl={st['before'][0]:.4f} top1={st['before'][1]:.4f}")
+        st["before"] = evaluate()
+        log(f"slim step 0/{steps} held-out {scores(st['before'])}")
     elif st["step"] < steps:
         log(f"slim resumed at step {st['step']}/{steps} ({st['elapsed']:.0f} s done)")
     clock, kls, after = Stopwatch(st["elapsed"]), [], None
     while st["step"] < steps and not (max_seconds and st["elapsed"] > max_seconds):
         rate = lr_at(st["step"], steps, lr, warmup)
         hb = tr[torch.randint(0, len(tr), (batch,), generator=gen)]
-        kls.append(train_step(W, up, down, opt, hb, rate, ce_w))
+        kls.append(train_step(W, first, down, opt, hb, rate, ce_w, rows))
         st["step"] += 1
         st["elapsed"] = clock.seconds()
         s = st["step"]
@@ -167,11 +217,16 @@ def train_factors(W, h, r, steps, batch, lr, seed, log=print, ce_w=0.0, warmup=N
             log(f"slim step {s}/{steps} kl={sum(kls) / len(kls):.4f} lr={rate:.2e} elapsed={st['elapsed']:.0f}s")
             kls = []
         if due(s, eval_every, steps):
-            after = held_out(W, up, down, val)
-            log(f"slim step {s}/{steps} held-out kl={after[0]:.4f} top1={after[1]:.4f}")
+            after = evaluate()
+            log(f"slim step {s}/{steps} held-out {scores(after)}")
         if ckpt and due(s, ckpt_every, steps):
-            write_ckpt(ckpt, up, down, opt, gen, st, settings)
-    return up.detach(), down.detach(), st["before"], after or held_out(W, up, down, val)  # the last step's eval
+            write_ckpt(ckpt, first, down, opt, gen, st, settings)
+    up = up_of(W, first.detach(), rows)
+    return up, down.detach(), st["before"], after or evaluate()  # the last step's eval
+
+
+def scores(ev) -> str:
+    return f"kl={ev[0]:.4f} top1={ev[1]:.4f} recall{RECALL_M}={ev[2]:.4f}"
 
 
 def is_eagle_dir(head: str) -> bool:
@@ -253,12 +308,13 @@ def save_factors(path, up, down):
 
 def card_line(a, name, W, r, n, before, after, secs):
     ce = f" + {a.ce_w} x CE(argmax of the full head)" if a.ce_w else ""
+    form = "W_up = W K^T (tied rows), data-aware SVD init" if a.rows == "tied" else "SVD init"
     src = (f"EAGLE head inputs of {a.head} from {a.cache}'s cache" if is_eagle_dir(a.head) else
            f"final hidden states of {a.head} at the response positions of teacher-forced {a.data}")
-    return (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], SVD init then {a.steps} Adam "
+    return (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], {form} then {a.steps} Adam "
             f"steps (batch {a.batch}, lr {a.lr}, warmup + cosine to 10%) of forward KL(full || low-rank){ce} on {n} "
             f"{src} (seed {a.seed}); held-out KL {before[0]:.3f} -> "
-            f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%} "
+            f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%}, top-{RECALL_M} recall {before[2]:.1%} -> {after[2]:.1%} "
             f"({secs:.0f} s of training)")
 
 
@@ -272,11 +328,11 @@ def main(argv=None):
     W, h = load_inputs(a)
     r = a.rank or W.shape[1] // 8
     settings = {"head": a.head, "cache": a.cache if is_eagle_dir(a.head) else a.data, "rank": r, "tokens": a.tokens,
-                "batch": a.batch, "lr": a.lr, "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed}
+                "batch": a.batch, "lr": a.lr, "warmup": a.warmup, "ce_w": a.ce_w, "seed": a.seed, "rows": a.rows}
     log(f"slim start {json.dumps(settings)} steps={a.steps} inputs={len(h)}")
     up, down, before, after = train_factors(W, h, r, a.steps, a.batch, a.lr, a.seed, log, a.ce_w, a.warmup,
                                             os.path.join(out, "slim_ckpt.pt"), a.ckpt_every, a.eval_every,
-                                            settings=settings)
+                                            settings=settings, rows=a.rows)
     name = slim_file(r, own=not is_eagle_dir(a.head))
     save_factors(os.path.join(out, name), up, down)
     secs = load_checkpoint(os.path.join(out, "slim_ckpt.pt"))["state"]["elapsed"]
