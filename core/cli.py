@@ -11,7 +11,7 @@ from core.config import SpecConfig, METHODS, SHAPES, WINDOWS, BACKENDS, RUNTIMES
 from core.errors import SpecError
 
 DTYPES = ("auto", "fp32", "bf16")
-DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "k_pre", "k_ver", "context", "rescore",
+DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "w_max", "k_pre", "k_ver", "context", "rescore",
               "preview")  # per-model defaults: Alias.draft_defaults
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.cli",

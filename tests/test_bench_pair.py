@@ -29,6 +29,12 @@ def test_the_memory_bound_streams_every_weight_but_the_gathered_embeddings(tiny_
     assert (bound["ar_ms"], bound["hf_ms"], bound["floor_ms"], bound["best_x_hf"]) == (100.0, 200.0, 50.0, 4.0)
 
 
+def test_a_window_suffix_sets_the_stream_window_of_stream_heads_only():
+    assert variant("nanospec-W3072-p64") == ("nanospec", {"w_max": 3072, "preview": 64})
+    assert variant("nanoslim-W6144") == ("nanoslim", {"w_max": 6144})
+    assert variant("full-W3072") is None
+
+
 def test_a_preview_suffix_names_nanospecs_low_rank_preview_only():
     assert variant("nanospec-noctx-p64") == ("nanospec", {"context": "off", "preview": 64})
     assert variant("slimspec-p64") is None and variant("nanospec-r64-p64") is None

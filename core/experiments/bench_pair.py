@@ -19,14 +19,15 @@ from core.config import SpecConfig
 from core.models import draft_defaults
 from core.stats import aggregate, tokens_of, tps_ratio
 
-# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM | -pM][-wWEIGHTS] over the target's measured draft
-# defaults (-rM: a low-rank head rescores its top-M, M = 0 the paper's SlimSpec; -pM: NanoSpec previews the top-M of
-# the low-rank head over V, M = 0 the paper's NanoSpec); "hf" / "hf-assisted" run transformers
+# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
+# defaults (-WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
+# paper's SlimSpec; -pM: NanoSpec previews the top-M of the low-rank head over V, M = 0 the paper's NanoSpec);
+# "hf" / "hf-assisted" run transformers
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
-                     r"(?P<ctx>-noctx|-ctx)?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?(?:-w(?P<weights>model|int8|int4))?")
-EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, slimspec-r512, nanospec-p64, "
-            "nanospec-chain3-wint4")
+                     r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?(?:-w(?P<weights>model|int8|int4))?")
+EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-W3072, "
+            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4")
 
 
 def variant(name: str) -> tuple | None:
@@ -34,12 +35,14 @@ def variant(name: str) -> tuple | None:
     m = VARIANT.fullmatch(name)
     if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
             or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")) \
-            or (m["preview"] and m["method"] != "nanospec"):
+            or (m["preview"] and m["method"] != "nanospec") \
+            or (m["w_max"] and m["method"] not in ("nanospec", "nanoslim")):
         return None
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
         opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
     opts |= {"context": "off" if m["ctx"] == "-noctx" else "on"} if m["ctx"] else {}
+    opts |= {"w_max": int(m["w_max"])} if m["w_max"] else {}
     opts |= {"rescore": int(m["rescore"])} if m["rescore"] else {}
     opts |= {"preview": int(m["preview"])} if m["preview"] else {}
     opts |= {"draft_weights": m["weights"]} if m["weights"] else {}
