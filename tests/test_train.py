@@ -244,6 +244,13 @@ def test_slim_unknown_rows_is_a_clear_error():
         train_factors(W, h, 4, steps=1, batch=8, lr=1e-2, seed=0, log=lambda s: None, rows="shared")
 
 
+def test_slim_tied_rows_refuse_free_row_init():
+    W, h = slim_setting()
+    with pytest.raises(SpecError, match="tied rows"):
+        train_factors(W, h, 4, steps=1, batch=8, lr=1e-2, seed=0, log=lambda s: None, rows="tied",
+                      init=svd_init(W, 4))
+
+
 def test_held_out_recall_is_at_least_top1_agreement():
     W, h = slim_setting()
     kl, top1, recall = held_out(W, *svd_init(W, 4), h)

@@ -148,9 +148,17 @@ def write_ckpt(path, first, down, opt, gen, state, settings):
                            "rng": gen.get_state(), "state": dict(state), "settings": settings})
 
 
+def check_rows(rows: str, init=None) -> None:
+    if rows not in ROWS:
+        raise SpecError(f"train-slim: --rows must be one of {', '.join(ROWS)}, got {rows!r}")
+    if rows == "tied" and init is not None:
+        raise SpecError("train-slim: tied rows start from the data-aware SVD, not from given (W_up, W_down)")
+
+
 def first_factors(W, h, r, rows, init=None):
-    """fp32 (first, W_down) to train: `init` (W_up, W_down) given, else SVD (free rows) or the data-aware SVD's
-    (K, W_down) (tied rows)."""
+    """fp32 (first, W_down) to train: `init` (W_up, W_down) given (free rows), else SVD (free rows) or the
+    data-aware SVD's (K, W_down) (tied rows)."""
+    check_rows(rows, init)
     if init is not None:
         return [x.to(W.device, torch.float32).clone() for x in init]
     return list(whitened_svd(W, h, r) if rows == "tied" else svd_init(W, r))
@@ -159,8 +167,6 @@ def first_factors(W, h, r, rows, init=None):
 def start(W, h, r, lr, seed, ckpt, settings, init=None, rows="free"):
     """(first, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else first_factors.
     first is W_up (free rows) or K (tied rows, W_up = W K^T); tied factors step at lr times their own RMS."""
-    if rows not in ROWS:
-        raise SpecError(f"train-slim: --rows must be one of {', '.join(ROWS)}, got {rows!r}")
     first, down = (x.requires_grad_() for x in first_factors(W, h, r, rows, init))
     scale = [float(x.detach().pow(2).mean().sqrt()) if rows == "tied" else 1.0 for x in (first, down)]
     opt = torch.optim.Adam([{"params": [x], "scale": s} for x, s in zip((first, down), scale)], lr=lr)
@@ -320,6 +326,7 @@ def card_line(a, name, W, r, n, before, after, secs):
 
 def main(argv=None):
     a = parse_config(SlimConfig, sys.argv[1:] if argv is None else argv, "python -m core train-slim")
+    check_rows(a.rows)  # before the inputs load (minutes for a model's hidden states)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     out = out_dir(a)
