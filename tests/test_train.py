@@ -257,9 +257,10 @@ def test_held_out_recall_is_at_least_top1_agreement():
     assert 0 <= top1 <= recall <= 1 and kl > 0
 
 
-def test_slim_resume_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("rows", ["free", "tied"])
+def test_slim_resume_equals_uninterrupted(tmp_path, rows):
     W, h = slim_setting()
-    kw = dict(steps=30, batch=64, lr=1e-2, seed=0, ckpt_every=10, log_every=5, eval_every=10)
+    kw = dict(steps=30, batch=64, lr=1e-2, seed=0, ckpt_every=10, log_every=5, eval_every=10, rows=rows)
     up, down, _, after = train_factors(W, h, 4, log=lambda s: None, ckpt=str(tmp_path / "a.pt"), **kw)
 
     def crash_at_25(msg):

@@ -25,7 +25,8 @@ from core.stats import aggregate, tokens_of, tps_ratio
 # "hf" / "hf-assisted" run transformers
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
-                     r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?(?:-w(?P<weights>model|int8|int4))?")
+                     r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?"
+                     r"(?:-w(?P<weights>model|int8|int4))?")
 EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-W3072, "
             "slimspec-r512, nanospec-p64, nanospec-chain3-wint4")
 

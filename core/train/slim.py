@@ -158,25 +158,24 @@ def check_rows(rows: str, init=None) -> None:
 def first_factors(W, h, r, rows, init=None):
     """fp32 (first, W_down) to train: `init` (W_up, W_down) given (free rows), else SVD (free rows) or the
     data-aware SVD's (K, W_down) (tied rows)."""
-    check_rows(rows, init)
     if init is not None:
         return [x.to(W.device, torch.float32).clone() for x in init]
     return list(whitened_svd(W, h, r) if rows == "tied" else svd_init(W, r))
 
 
 def start(W, h, r, lr, seed, ckpt, settings, init=None, rows="free"):
-    """(first, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one, else first_factors.
-    first is W_up (free rows) or K (tied rows, W_up = W K^T); tied factors step at lr times their own RMS."""
-    first, down = (x.requires_grad_() for x in first_factors(W, h, r, rows, init))
+    """(first, down, opt, gen, state): resumed from the checkpoint at `ckpt` if there is one (its Adam state keeps
+    each group's lr scale), else from first_factors. first is W_up (free rows) or K (tied rows, W_up = W K^T); tied
+    factors step at lr times their own initial RMS."""
+    check_rows(rows, init)
+    ck = load_checkpoint(ckpt, settings)
+    factors = [ck["up"].clone(), ck["down"].clone()] if ck is not None else first_factors(W, h, r, rows, init)
+    first, down = (x.requires_grad_() for x in factors)
     scale = [float(x.detach().pow(2).mean().sqrt()) if rows == "tied" else 1.0 for x in (first, down)]
     opt = torch.optim.Adam([{"params": [x], "scale": s} for x, s in zip((first, down), scale)], lr=lr)
     gen = torch.Generator().manual_seed(seed)
     state = {"step": 0, "elapsed": 0.0, "before": None}
-    ck = load_checkpoint(ckpt, settings)
     if ck is not None:
-        with torch.no_grad():
-            first.copy_(ck["up"])
-            down.copy_(ck["down"])
         opt.load_state_dict(ck["opt"])
         gen.set_state(ck["rng"])
         state = ck["state"]
@@ -320,8 +319,8 @@ def card_line(a, name, W, r, n, before, after, secs):
     return (f"- {name}: SlimSpec W_up [{W.shape[0]}, {r}] @ W_down [{r}, {W.shape[1]}], {form} then {a.steps} Adam "
             f"steps (batch {a.batch}, lr {a.lr}, warmup + cosine to 10%) of forward KL(full || low-rank){ce} on {n} "
             f"{src} (seed {a.seed}); held-out KL {before[0]:.3f} -> "
-            f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%}, top-{RECALL_M} recall {before[2]:.1%} -> {after[2]:.1%} "
-            f"({secs:.0f} s of training)")
+            f"{after[0]:.3f}, top-1 agreement with the full head {before[1]:.1%} -> {after[1]:.1%}, "
+            f"top-{RECALL_M} recall {before[2]:.1%} -> {after[2]:.1%} ({secs:.0f} s of training)")
 
 
 def main(argv=None):
