@@ -344,7 +344,16 @@ def load_model(model_id: str = DEFAULT_MODEL, device=None, dtype=None):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
     except (OSError, ValueError) as err:
         raise hub_error(model_id, err) from None
+    model.speclens_gguf = source_gguf(model_id)
     return model.to(device).eval(), tokenizer
+
+
+def source_gguf(model_id: str) -> Path | None:
+    """The GGUF an offline alias was converted from, if it is still in the cache (the fast runtime multiplies by its
+    codes: core/kernels/gguf_codes.py)."""
+    name = str(model_id).strip().lower()
+    path = cache_root() / "gguf" / ALIASES[name].gguf if name in ALIASES else None
+    return path if path is not None and path.is_file() else None
 
 
 def chat_prompt_ids(tokenizer, text: str) -> list[int]:

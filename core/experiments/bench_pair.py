@@ -3,8 +3,9 @@ our AR, transformers' `generate` and assisted generation (the same pair), and ou
 
 Prints one row per variant (tok/s ratio to our AR, τ, coverage, mean |I_t|, identical to our AR) and writes
 them as JSON. Ratios only: absolute speeds on a shared machine are noise. Last, the memory bound: the target's weight
-bytes per token over the read bandwidth measured at the end of the run, beside our AR's and transformers' ms per
-token; `best_x_hf` is the most any exact decoder of these weights could gain over transformers' generate here.
+bytes per token as our runner stores them (bf16, or the GGUF's codes) over the read bandwidth measured at the end of
+the run, beside our AR's and transformers' ms per token; `best_x_hf` is the most a decoder streaming those bytes once
+per token could gain over transformers' generate here.
 """
 import argparse
 import json
@@ -17,6 +18,7 @@ import torch
 from core.experiments.bench import run_row
 from core.config import SpecConfig
 from core.models import draft_defaults
+from core.runtime.fast import MATRICES
 from core.stats import aggregate, tokens_of, tps_ratio
 
 # a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
@@ -98,21 +100,24 @@ def read_gbs(gib: float = 1.0, reps: int = 5) -> float:
     return x.numel() * 4 / seconds(x.sum, x.device, reps) / 1e9
 
 
-def step_bytes(model) -> int:
+def step_bytes(model, runner=None) -> int:
     """Weight bytes one 1-token target step reads: every parameter but the input embeddings, which it only gathers
-    (unless the LM head shares them)."""
+    (unless the LM head shares them); a matrix the runner multiplies on its GGUF codes counts their bytes."""
     emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
     total = sum(p.numel() * p.element_size() for p in model.parameters())
-    return total if emb is head else total - emb.numel() * emb.element_size()
+    total = total if emb is head else total - emb.numel() * emb.element_size()
+    forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES] if runner else []
+    return total + sum(f.codes.nbytes - f.codes.n * f.codes.k * head.element_size() for f in forms
+                       if getattr(f, "codes", None) is not None)
 
 
-def memory_bound(rows: list, model, gbs: float) -> dict:
-    """The floor an exact decoder of this target meets here (its weights streamed once per token) beside our AR and
-    transformers' generate, in wall ms per new token (prefill included)."""
+def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:
+    """The floor a decoder meets here that streams the target's weights once per token as `runner` stores them (bf16,
+    or the GGUF's codes), beside our AR and transformers' generate, in wall ms per new token (prefill included)."""
     ms = {v: 1000 * a["wall_s"] / max(a["new_tokens"], 1) for v in ("ar", "hf")
           if (a := aggregate([r for r in rows if r["variant"] == v]))["runs"]}
-    floor = step_bytes(model) / gbs / 1e6
-    return {"weights_gb": round(step_bytes(model) / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
+    floor = (weights := step_bytes(model, runner)) / gbs / 1e6
+    return {"weights_gb": round(weights / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
             **{f"{v}_ms": round(m, 1) for v, m in ms.items()},
             **({"best_x_hf": round(ms["hf"] / floor, 2)} if "hf" in ms else {})}
 
@@ -157,7 +162,7 @@ def main(argv=None) -> int:
             print(json.dumps({k: row.get(k) for k in ("variant", "new_tokens", "wall_s", "identical")} | {"prompt": p.id}),
                   file=sys.stderr, flush=True)
         save(args.out, rows, names)
-    bound = memory_bound(rows, pipe.model, read_gbs())
+    bound = memory_bound(rows, pipe.model, read_gbs(), pipe.target)
     for r in table(rows, names):
         print("  ".join(f"{k}={v}" for k, v in r.items()))
     print("memory bound: " + "  ".join(f"{k}={v}" for k, v in bound.items()))

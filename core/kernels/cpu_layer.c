@@ -335,6 +335,9 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
 int int4_ok(void) { return 1; }
 
 #define MAXM 8  /* rows per call (the runtime sends at most QUANT_ROWS) */
+#ifndef INT4_AHEAD
+#define INT4_AHEAD 1024
+#endif
 
 static void quant_rows(const float *x, int m, int k, int8_t *xq, float *xs, float *xsum) {
     int groups = k / 64;
@@ -367,6 +370,7 @@ void int4_mm(const float *x, int m, int k, const uint8_t *q, const float *scale,
         __m512 acc[MAXM];
         for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
         for (int p = 0; p < pairs; p++) {
+            _mm_prefetch((const char *)(wr + p * 64) + INT4_AHEAD, _MM_HINT_T0);  /* one thread alone streams too few misses */
             __m512i v = _mm512_loadu_si512(wr + p * 64);
             __m512i a = _mm512_and_si512(v, nib), b = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
             __m512 sa = _mm512_set1_ps(sr[2 * p]), sb = _mm512_set1_ps(sr[2 * p + 1]);

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-SRC = Path(__file__).with_name("cpu_layer.c")
+SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c")]
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {
@@ -26,6 +26,8 @@ SIGNATURES = {
     "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
     "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
     "int4_mm": [P, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
+    "codes_mm": [P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
+    "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
 }
 INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
 _why = []
@@ -47,7 +49,7 @@ def cpu_id() -> str:
 def build(cc: str = "cc") -> Path:
     """Compile cpu_layer.c for this CPU (-march=native) into the cache; the cached .so when it exists."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(SRC.read_bytes() + version.encode() + cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + version.encode() + cpu_id().encode()).hexdigest()[:16]
     out = cache_dir() / f"cpu_layer-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +62,7 @@ def build(cc: str = "cc") -> Path:
 
 def compile_so(cc: str, so: Path) -> None:
     """-O3 -march=native, with OpenMP for int4_mm's threads; without it (one thread) where the compiler has none."""
-    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), str(SRC), "-lm"]
+    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, SOURCES), "-lm"]
     try:
         subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)
     except subprocess.CalledProcessError:
@@ -80,7 +82,8 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    so.int4_ok.argtypes, so.int4_ok.restype = [], ctypes.c_int
+    for name in ("int4_ok", "codes_ok"):
+        getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     return so
 
 

@@ -24,13 +24,14 @@ Between the GEMMs, fused C kernels (core/kernels/cpu_layer.c) replace ~10 small 
 compiler is at hand (`FastRunner.kernels`); the torch functions below stay as their reference and fallback.
 """
 import functools
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from core.kernels import cpu_layer
+from core.kernels import cpu_layer, gguf_codes
 from core.runtime.runner import EagerRunner, window_of
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
@@ -47,6 +48,8 @@ class FastConfig:
     check: bool = True           # make_runner('auto'): compare logits with transformers once
     kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu_layer.c) where they build
     weights: str = "model"       # layer GEMM weights: model (its dtype) | int8 | int4 (a draft model's; see QUANTS)
+    codes: bool = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_CODES", "1") != "0")
+    # ^ a GGUF model in bf16: products on its Q4_K / Q6_K codes, the same weights (gguf_codes); SPECLENS_GGUF_CODES=0 off
 
 
 QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group of INT4_GROUP inputs (int4)
@@ -233,6 +236,9 @@ def norm_w(norm, a: Arch):
     return w + a.norm_offset if a.norm_offset else w
 
 
+MATRICES = ("wqkv", "wo", "wgu", "wd")  # a layer's fused matrices (linears)
+
+
 def linears(layer) -> dict:
     """{fused matrix name: the layer's linears fused into it, in order}."""
     att, mlp = layer.self_attn, layer.mlp
@@ -240,7 +246,7 @@ def linears(layer) -> dict:
             "wgu": (mlp.gate_proj, mlp.up_proj), "wd": (mlp.down_proj,)}
 
 
-def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
+def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
     layer, hf_cfg = model.model.layers[i], model.config
     att, fused = layer.self_attn, linears(layer)
     pre_mlp = layer.pre_feedforward_layernorm if a.sandwich else layer.post_attention_layernorm
@@ -256,8 +262,22 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig) -> dict:
     for k, lins in fused.items():
         if fc.layout in ("plain", "hybrid"):
             rebind(lins, w[k])
-        w[k] = forms(w[k], fc)
+        w[k] = codes_forms(codes.get(f"{i}.{k}"), w[k].t()) or forms(w[k], fc)
     return w
+
+
+def codes_forms(codes, w) -> "Forms | None":
+    """Forms on the GGUF's codes when they decode to w [out, in] bit for bit, else None (the layout's forms)."""
+    return Forms(codes=codes) if codes is not None and gguf_codes.exact(codes, w) else None
+
+
+def model_codes(model, a: Arch, fc: FastConfig) -> dict:
+    """{matrix: Codes} ('head', 'i.wqkv', ...) for a bf16 model converted from a GGUF (`speclens_gguf`, set by
+    core.models.load_model) where codes_mm runs; {} otherwise or with fc.codes off."""
+    path = getattr(model, "speclens_gguf", None)
+    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and gguf_codes.available()):
+        return {}
+    return gguf_codes.model_codes(path, a.n_layers)
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:
@@ -274,6 +294,7 @@ class Forms(NamedTuple):
     blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
     packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
     quant: tuple | None = None           # (kind, implementation, tensors...): see quantize
+    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm, AMX)
 
 
 def forms(wt, fc: FastConfig) -> Forms:
@@ -320,13 +341,14 @@ def quant_mm(x, quant: tuple):
     return torch._weight_int4pack_mm_for_cpu(cast(x, t[2].dtype), *t)
 
 
-def head_weights(model, fast_cfg: FastConfig):
+def head_weights(model, fast_cfg: FastConfig, codes: dict):
     """(embedding [V, d], head^T forms (see `forms`), head [V, d]). The model's head stays row-major in every
     layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     if fast_cfg.layout == "packed":
-        return emb.weight.detach(), Forms(packed=pack(head.weight.detach())), head.weight.detach()
+        w = head.weight.detach()
+        return emb.weight.detach(), codes_forms(codes.get("head"), w) or Forms(packed=pack(w)), w
     return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
 
 
@@ -336,12 +358,14 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them. Quantized
     weights extend the model's own (the LM head, what the draft heads study, is never quantized)."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights)
+    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes)
     if key not in memo and fast_cfg.weights in QUANTS:
         *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
         memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))
     elif key not in memo:
-        memo[key] = (*head_weights(model, fast_cfg), [layer_weights(model, i, a, fast_cfg) for i in range(a.n_layers)])
+        codes = model_codes(model, a, fast_cfg)
+        memo[key] = (*head_weights(model, fast_cfg, codes),
+                     [layer_weights(model, i, a, fast_cfg, codes) for i in range(a.n_layers)])
     return memo[key]
 
 
@@ -361,11 +385,13 @@ def rope_table(model, n: int, dtype, layer_type=None):
 
 def mm(x, w: Forms):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
-    for up to QUANT_ROWS rows, else packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one
+    for up to QUANT_ROWS rows, else on the GGUF's codes if set, else packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one
     bmm over L2-sized blocks)."""
-    plain, blocked, packed, quant = w
+    plain, blocked, packed, quant, codes = w
     if quant is not None and x.shape[0] <= QUANT_ROWS:
         return cast(quant_mm(x, quant), x.dtype)
+    if codes is not None:  # each row comes out the same whatever n is
+        return cast(gguf_codes.codes_mm(x, codes), x.dtype)
     if packed is not None:  # padded to row_pad rows: each row then comes out the same whatever n is
         m = row_pad(*packed.shape, torch.get_num_threads()) or 1
         return cast(chunked_mm(cast(x, packed.dtype), packed, m), x.dtype)
@@ -479,6 +505,7 @@ class FastRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
+        self.on_codes = any(f.codes is not None for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES])
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 
@@ -577,7 +604,8 @@ def exact_reason(runner) -> str:
         return "1-token and batched GEMMs sum in different orders: lossless up to rounding, ties reported"
     if not runner.kernels:
         return "attention without the fused kernels sums per pass size: lossless up to rounding, ties reported"
-    shapes = {runner.head_t.packed.shape} | {w[k].packed.shape for w in runner.layers for k in ("wqkv", "wo", "wgu", "wd")}
+    forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES]
+    shapes = {f.packed.shape for f in forms if f.codes is None}  # codes_mm rows are stable by construction
     if not all(exact_pads(shapes).values()):
         return "oneDNN's bf16 products depend on the row count on this CPU: lossless up to rounding, ties reported"
     return ""

@@ -1,0 +1,221 @@
+"""A GGUF model's Q4_K / Q6_K codes as the target's weights (core/kernels/gguf_codes.py, gguf_mm.c): they decode to
+exactly the bf16 weights the model holds, their products are those weights' products, each row is the same whatever
+rows share the call, and a bf16 model on them keeps speculative greedy = its own greedy."""
+import numpy as np
+import pytest
+import torch
+
+from core.kernels import gguf_codes as g
+
+needs_amx = pytest.mark.skipif(not g.available(), reason="codes_mm needs AMX-BF16")
+BYTES = {"Q4_K": 144, "Q6_K": 210}
+
+
+def random_blocks(kind: str, n: int, k: int, seed: int = 0, scale: float = 4e-5) -> np.ndarray:
+    """Valid random GGUF blocks [n, k / 256 * bytes] (uint8): random codes and 6-/8-bit scales, small fp16 d."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, k // 256, BYTES[kind]), dtype=np.uint8)
+    d = (scale * rng.uniform(0.5, 1.5, (n, k // 256, 2 if kind == "Q4_K" else 1))).astype(np.float16).view(np.uint8)
+    if kind == "Q4_K":
+        raw[..., 0:4] = d.reshape(n, k // 256, 4)
+    else:
+        raw[..., 208:210] = d.reshape(n, k // 256, 2)
+    return raw.reshape(n, -1)
+
+
+def dequantized(kind: str, raw: np.ndarray, n: int, k: int) -> torch.Tensor:
+    """gguf-py's dequantizer (what a GGUF conversion stores), rounded to bf16 as the model loads it."""
+    from gguf import GGMLQuantizationType, dequantize
+    w = dequantize(raw.reshape(-1), GGMLQuantizationType[kind]).reshape(n, k)
+    return torch.from_numpy(w.astype(np.float32)).bfloat16()
+
+
+def fused(kinds=("Q4_K", "Q6_K", "Q4_K"), ns=(64, 32, 48), k: int = 512):
+    """A fused matrix of tensors of mixed types (as q | k | v with a Q6_K v): (codes, bf16 weights)."""
+    parts = [(kind, random_blocks(kind, n, k, seed=i), n, k) for i, (kind, n) in enumerate(zip(kinds, ns))]
+    return g.matrix_codes(parts), torch.cat([dequantized(kind, raw, n, k) for kind, raw, n, k in parts])
+
+
+def reference_decode(c: g.Codes) -> torch.Tensor:
+    """The tile layout read back in numpy, independent of the C kernel: bf16 [n, k]."""
+    out = np.empty((c.n, c.k), np.float32)
+    tiles = c.k // 32
+    for j, kind in enumerate(c.types.tolist()):
+        co, so, do = int(c.code_off[j]), int(c.sm_off[j]), int(c.dd_off[j])
+        if kind == 0:
+            nib = c.codes.numpy()[co:co + 256 * tiles].reshape(tiles, 8, 32)
+            q = np.concatenate([nib & 15, nib >> 4], 1).astype(np.float32)          # [tiles, 16 rows, 32]
+            sm = c.sm.numpy()[so:so + 32 * tiles].reshape(tiles, 2, 16).astype(np.float32)
+            dd = np.repeat(c.dd.numpy()[do:do + 32 * (c.k // 256)].reshape(-1, 2, 16), 8, 0)
+            D, M = dd[:, 0] * sm[:, 0], dd[:, 1] * sm[:, 1]                           # [tiles, 16 outputs]
+            w = D[:, None, :, None] * q.reshape(tiles, 16, 16, 2) - M[:, None, :, None]
+        else:
+            q = c.codes.numpy()[co:co + 512 * tiles].view(np.int8).reshape(tiles, 16, 16, 2).astype(np.float32)
+            sc = c.sm.numpy()[so:so + 32 * tiles].view(np.int8).reshape(tiles, 2, 16).astype(np.float32)
+            d = np.repeat(c.dd.numpy()[do:do + 16 * (c.k // 256)].reshape(-1, 16), 8, 0)
+            D = np.repeat(d[:, None] * sc, 8, 1)                                      # [tiles, 16 rows, 16]
+            w = D[..., None] * q
+        out[16 * j:16 * j + 16] = w.transpose(2, 0, 1, 3).reshape(16, c.k)           # [outputs, tile, row, pair]
+    return torch.from_numpy(out).bfloat16()
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_the_tile_layout_holds_the_dequantized_weights(kind):
+    raw = random_blocks(kind, 48, 768)
+    assert torch.equal(reference_decode(g.matrix_codes([(kind, raw, 48, 768)])), dequantized(kind, raw, 48, 768))
+
+
+def test_a_fused_matrix_of_mixed_types_keeps_each_tensors_rows_in_order():
+    c, w = fused()
+    assert c.types.tolist() == [0] * 4 + [1] * 2 + [0] * 3
+    assert torch.equal(reference_decode(c), w)
+
+
+def test_tensors_the_tiles_cannot_hold_are_refused_by_name():
+    with pytest.raises(ValueError, match="Q4_0"):
+        g.tensor_codes("Q4_0", np.zeros((16, 18), np.uint8), 16, 32)
+    with pytest.raises(ValueError, match=r"\[24, 256\]"):
+        g.tensor_codes("Q4_K", random_blocks("Q4_K", 24, 256), 24, 256)
+
+
+@needs_amx
+def test_the_kernel_decodes_the_weights_bit_for_bit():
+    c, w = fused()
+    assert g.exact(c, w)
+    assert not g.exact(c, w.roll(1, 0))
+
+
+@needs_amx
+def test_codes_mm_is_the_product_with_the_decoded_weights():
+    c, w = fused()
+    x = torch.randn(11, c.k, generator=torch.Generator().manual_seed(0)).bfloat16()
+    ref = x.double() @ w.double().T
+    y = g.codes_mm(x, c)
+    assert y.dtype == torch.bfloat16 and y.shape == (11, c.n)
+    assert ((y.double() - ref).abs().max() / ref.abs().max()) < 2 ** -7  # bf16 output rounding, fp32 sums
+
+
+@needs_amx
+def test_each_row_is_the_same_whatever_rows_share_the_call():
+    c, _ = fused()
+    x = torch.randn(70, c.k, generator=torch.Generator().manual_seed(1)).bfloat16()
+    alone = torch.cat([g.codes_mm(x[i:i + 1], c) for i in range(70)])
+    for m in (2, 5, 11, 16, 17, 32, 33, 70):
+        assert torch.equal(g.codes_mm(x[:m], c), alone[:m]), m
+
+
+@needs_amx
+def test_no_rows_or_a_wrong_input_size_is_refused():
+    c, _ = fused()
+    for rows, k in ((0, 512), (1, 256)):
+        with pytest.raises(ValueError, match=rf"x \[{rows}, {k}\] needs rows of 512 inputs"):
+            g.codes_mm(torch.zeros(rows, k), c)
+
+
+def test_cached_codes_load_back_equal_and_another_layout_is_rebuilt(tmp_path, monkeypatch):
+    c, _ = fused()
+    g.save_codes({"0.wqkv": c}, tmp_path / "m.codes.safetensors")
+    back = g.load_codes(tmp_path / "m.codes.safetensors")["0.wqkv"]
+    assert (back.n, back.k) == (c.n, c.k) and all(torch.equal(getattr(back, f), getattr(c, f)) for f in g.FIELDS)
+    monkeypatch.setattr(g, "LAYOUT", g.LAYOUT + 1)
+    assert g.load_codes(tmp_path / "m.codes.safetensors") is None
+    assert g.load_codes(tmp_path / "missing.safetensors") is None
+
+
+# ---------------------------------------------------------------- a model on its codes
+
+MATRICES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+            "mlp.down_proj": "ffn_down"}
+
+
+def gguf_qwen2(path, vocab: int = 304, layers: int = 2):
+    """A tiny Qwen2 (q/k/v biases, head_dim 64) whose matrices are random GGUF codes, as in a Q4_K_M file (v, the
+    down projection of layer 0 and the head in Q6_K, the rest Q4_K): written to `path`, loaded into the model
+    dequantized, in bf16, with `speclens_gguf` set as core.models.load_model sets it. Also its 1-layer draft."""
+    import transformers as tf
+    from gguf import GGMLQuantizationType, GGUFWriter
+    cfg = dict(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=64, max_position_embeddings=1024, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        target = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=layers)).eval()
+    writer = GGUFWriter(str(path), "qwen2")
+    named = {f"blk.{i}.{t}.weight": target.model.layers[i].get_submodule(m) for i in range(layers)
+             for m, t in MATRICES.items()} | {"output.weight": target.lm_head}
+    for seed, (name, lin) in enumerate(named.items()):
+        kind = "Q6_K" if name in ("blk.0.ffn_down.weight", "output.weight") or "attn_v" in name else "Q4_K"
+        n, k = lin.weight.shape
+        raw = random_blocks(kind, n, k, seed, scale=4e-4 if name == "output.weight" else 4e-5)
+        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[kind])
+        with torch.no_grad():
+            lin.weight.copy_(dequantized(kind, raw, n, k).float())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    draft = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=1)).eval()
+    draft.load_state_dict(target.state_dict(), strict=False)
+    target = target.to(torch.bfloat16)
+    target.speclens_gguf = path
+    return target, draft.to(torch.bfloat16)
+
+
+def on_codes(runner) -> list:
+    """Which of the runner's products run on codes: the head's, then each layer's four."""
+    from core.runtime.fast import MATRICES
+    return [runner.head_t.codes is not None] + [w[k].codes is not None for w in runner.layers for k in MATRICES]
+
+
+@needs_amx
+@pytest.mark.parametrize("method", ["full", "nanospec"])
+def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, method):
+    from core.config import SpecConfig
+    from core.runtime.fast import FastRunner
+    from core.spec.draft import ModelDrafter
+    from core.spec.engine import generate
+    from core.spec.heads import build_head
+    from core.stats import compare_to_ar
+
+    target, draft = gguf_qwen2(tmp_path / "tiny.gguf")
+    runner = FastRunner(target)
+    assert all(on_codes(runner)) and runner.exact_reason == ""
+    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()  # a 2-call prefill
+    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
+    drafter = ModelDrafter(FastRunner(draft))
+    spec = list(generate(FastRunner(target), drafter, build_head(method, drafter.head_weight, cfg), prompt, cfg))
+    assert compare_to_ar(spec, ar)["identical"]
+    assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
+
+
+@needs_amx
+def test_codes_are_packed_once_and_their_products_agree_with_onednns(tmp_path):
+    from core.runtime.fast import FastConfig, FastRunner
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
+    ids, pos = torch.tensor([5, 17, 250, 3]), torch.arange(4)
+    on, off = FastRunner(target), FastRunner(target, fast_cfg=FastConfig(codes=False))
+    assert (tmp_path / "tiny.codes.safetensors").is_file() and not any(on_codes(off))
+    assert on.on_codes and not off.on_codes
+    a, b = (r.logits(r.forward(ids, pos)[0]) for r in (on, off))
+    assert (a - b).abs().max() <= 0.02 * b.abs().max()  # the same bf16 weights, summed in another order
+
+
+@needs_amx
+def test_a_weight_that_differs_from_its_codes_keeps_that_matrix_off_them(tmp_path):
+    from core.runtime.fast import FastRunner
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
+    with torch.no_grad():
+        target.model.layers[1].mlp.down_proj.weight[3, 7] += 1.0
+    assert on_codes(FastRunner(target)) == [True] + [True] * 4 + [True, True, True, False]
+
+
+@needs_amx
+def test_the_memory_bound_counts_the_codes_bytes_of_a_model_on_them(tmp_path):
+    from core.experiments.bench_pair import step_bytes
+    from core.runtime.fast import FastRunner
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
+    runner = FastRunner(target)
+    forms = [runner.head_t] + [w[k] for w in runner.layers for k in ("wqkv", "wo", "wgu", "wd")]
+    saved = sum(2 * f.codes.n * f.codes.k - f.codes.nbytes for f in forms)
+    assert saved > 0 and step_bytes(target, runner) == step_bytes(target) - saved
