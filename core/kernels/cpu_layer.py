@@ -160,3 +160,10 @@ def int4_mm(x, q, scale, lo):
     lib().int4_mm(x.data_ptr(), x.shape[0], x.shape[1], q.data_ptr(), scale.data_ptr(), lo.data_ptr(), q.shape[0],
                   y.data_ptr(), torch.get_num_threads())
     return y
+
+
+@functools.cache
+def amx_ok() -> bool:
+    """Whether the AMX kernels (gguf_mm.c) run here: built with AMX-BF16 and Linux granted this process the tile
+    state (asked once; they need it)."""
+    return lib() is not None and bool(lib().codes_ok())

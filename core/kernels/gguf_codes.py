@@ -5,7 +5,6 @@ bf16 values inside the product, so the target reads 4.75 / 8.6 bits per weight i
 same weights. `matrix_codes` packs the tensors that one fused matrix concatenates (q|k|v, gate|up, ...);
 `exact` checks, bit for bit, that the codes decode to the weights the model holds (else they are not used).
 """
-import functools
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -123,11 +122,9 @@ def offsets(xs: list) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([b + np.arange(len(x)) * x.shape[1] for x, b in zip(xs, base)]).astype(np.int64))
 
 
-@functools.cache
 def available() -> bool:
-    """Whether codes_mm runs here: the kernels built with AMX-BF16 and Linux granted this process the tile state
-    (asked once; codes_mm needs it)."""
-    return cpu_layer.lib() is not None and bool(cpu_layer.lib().codes_ok())
+    """Whether codes_mm runs here: the kernels built with AMX-BF16 and Linux granted the tile state."""
+    return cpu_layer.amx_ok()
 
 
 def args(c: Codes) -> list:
