@@ -13,6 +13,9 @@ Weights come from the transformers model, re-laid out once (q|k|v and gate|up fu
   nearly flat in the row count up to 16, and each output row does not depend on the other rows.
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
+- codes (bf16 models converted from a GGUF, on AMX): in place of packed, each matrix whose Q4_K / Q6_K codes decode to
+  its bf16 weights bit for bit is multiplied on those codes (core/kernels/gguf_codes.py): a third of the bytes, the
+  same weights, each output row independent of the other rows at any row count.
 Activations (residual stream, norms, rope) are fp32 whatever the weights' dtype, KV cache and attention fp32
 (bf16 weights on the torch path: fp64); only the GEMM inputs are rounded to the weights' dtype, and forward() returns hidden
 states in the model's dtype. With packed bf16 weights a token's logits are then bit-identical whether it is
