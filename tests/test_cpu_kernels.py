@@ -119,6 +119,8 @@ def test_pipeline_runtime_note_says_which_path_runs_and_why():
         == "fast, torch ops (no C compiler), exact"
     assert runtime_note(SimpleNamespace(runtime_name="eager", fallback_reason="not covered")) \
         == "eager (not covered), lossless up to rounding"
+    on_codes = SimpleNamespace(**fast, kernels_reason="", on_codes=True, head_weight=torch.zeros(1, dtype=torch.bfloat16))
+    assert runtime_note(on_codes) == "fast bf16 on its GGUF codes, exact"
 
 
 def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
