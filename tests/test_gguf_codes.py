@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.kernels import gguf_codes as g
+from core.kernels import cpu_layer, gguf_codes as g
 
-needs_amx = pytest.mark.skipif(not g.available(), reason="codes_mm needs AMX-BF16")
+needs_amx = pytest.mark.skipif(not cpu_layer.amx_ok(), reason="codes_mm needs AMX-BF16")
 BYTES = {"Q4_K": 144, "Q6_K": 210}
 
 

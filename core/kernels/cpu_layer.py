@@ -1,7 +1,8 @@
 """The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
 cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
 (core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
-model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix.
+model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
+holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py).
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -47,7 +48,8 @@ def cpu_id() -> str:
 
 
 def build(cc: str = "cc") -> Path:
-    """Compile cpu_layer.c for this CPU (-march=native) into the cache; the cached .so when it exists."""
+    """Compile SOURCES (cpu_layer.c, gguf_mm.c) for this CPU (-march=native) into one library in the cache; the
+    cached .so when it exists."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + version.encode() + cpu_id().encode()).hexdigest()[:16]
     out = cache_dir() / f"cpu_layer-{key}.so"
@@ -61,7 +63,8 @@ def build(cc: str = "cc") -> Path:
 
 
 def compile_so(cc: str, so: Path) -> None:
-    """-O3 -march=native, with OpenMP for int4_mm's threads; without it (one thread) where the compiler has none."""
+    """-O3 -march=native, with OpenMP for int4_mm's and codes_mm's threads; without it (one thread) where the
+    compiler has none."""
     base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, SOURCES), "-lm"]
     try:
         subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)

@@ -122,11 +122,6 @@ def offsets(xs: list) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([b + np.arange(len(x)) * x.shape[1] for x, b in zip(xs, base)]).astype(np.int64))
 
 
-def available() -> bool:
-    """Whether codes_mm runs here: the kernels built with AMX-BF16 and Linux granted the tile state."""
-    return cpu_layer.amx_ok()
-
-
 def args(c: Codes) -> list:
     return [c.types.data_ptr(), c.code_off.data_ptr(), c.sm_off.data_ptr(), c.dd_off.data_ptr(), c.codes.data_ptr(),
             c.sm.data_ptr(), c.dd.data_ptr()]
@@ -136,8 +131,8 @@ def codes_mm(x, c: Codes):
     """x [m, k] @ the matrix^T -> bf16 [m, n] (x rounded to bf16); each row the same whatever m is."""
     if x.shape[0] < 1 or x.shape[1] != c.k:
         raise ValueError(f"codes_mm: x [{x.shape[0]}, {x.shape[1]}] needs rows of {c.k} inputs")
-    if not available():
-        raise RuntimeError("codes_mm: no AMX-BF16 here (see gguf_codes.available)")
+    if not cpu_layer.amx_ok():
+        raise RuntimeError("codes_mm: no AMX-BF16 here (see cpu_layer.amx_ok)")
     x = x.to(torch.bfloat16).contiguous()
     y = torch.empty(x.shape[0], c.n, dtype=torch.bfloat16)
     cpu_layer.lib().codes_mm(x.data_ptr(), x.shape[0], c.k, c.n, *args(c), y.data_ptr(), torch.get_num_threads())
@@ -172,15 +167,19 @@ def matrix_tensors(n_layers: int, tensors: dict) -> dict:
 
 
 def build_codes(gguf_path, n_layers: int) -> dict:
-    """{matrix: Codes} for every fused matrix whose tensors are all Q4_K / Q6_K with shapes the tiles hold."""
+    """{matrix: Codes} for every fused matrix whose tensors are all present and held by the tiles (tensor_codes)."""
     from gguf import GGUFReader
     tensors = {t.name: t for t in GGUFReader(str(gguf_path)).tensors}
     out = {}
     for key, names in matrix_tensors(n_layers, tensors).items():
         parts = [(tensors[t].tensor_type.name, np.asarray(tensors[t].data), int(tensors[t].shape[1]),
                   int(tensors[t].shape[0])) for t in names if t in tensors]
-        if len(parts) == len(names) and all(p[0] in TYPES and p[2] % 16 == 0 and p[3] % QK == 0 for p in parts):
+        if len(parts) < len(names):
+            continue
+        try:
             out[key] = matrix_codes(parts)
+        except ValueError:  # another type or shape: the runtime keeps its packed path for this matrix
+            continue
     return out
 
 

@@ -93,10 +93,11 @@ static void decode_q6(const int8_t *q, const int8_t *sc, const float *dd, uint16
     }
 }
 
-/* tile t of output block j, decoded into b [16 x 32] bf16 */
 #ifndef AHEAD
 #define AHEAD 1024
 #endif
+
+/* tile t of output block j, decoded into b [16 x 32] bf16 */
 static inline void decode_tile(int type, const uint8_t *q, const uint8_t *s, const float *dd, int t, uint16_t *b) {
     int bytes = type == 0 ? 256 : 512;  /* prefetch the codes AHEAD bytes on: one thread streams too few misses alone */
     for (int l = 0; l < bytes; l += 64) _mm_prefetch((const char *)q + bytes * t + AHEAD + l, _MM_HINT_T0);

@@ -274,11 +274,11 @@ def codes_forms(codes, w) -> "Forms | None":
     return Forms(codes=codes) if codes is not None and gguf_codes.exact(codes, w) else None
 
 
-def model_codes(model, a: Arch, fc: FastConfig) -> dict:
+def codes_of(model, a: Arch, fc: FastConfig) -> dict:
     """{matrix: Codes} ('head', 'i.wqkv', ...) for a bf16 model converted from a GGUF (`speclens_gguf`, set by
     core.models.load_model) where codes_mm runs; {} otherwise or with fc.codes off."""
     path = getattr(model, "speclens_gguf", None)
-    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and gguf_codes.available()):
+    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and cpu_layer.amx_ok()):
         return {}
     return gguf_codes.model_codes(path, a.n_layers)
 
@@ -366,7 +366,7 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
         *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
         memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))
     elif key not in memo:
-        codes = model_codes(model, a, fast_cfg)
+        codes = codes_of(model, a, fast_cfg)
         memo[key] = (*head_weights(model, fast_cfg, codes),
                      [layer_weights(model, i, a, fast_cfg, codes) for i in range(a.n_layers)])
     return memo[key]
