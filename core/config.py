@@ -2,7 +2,7 @@
 from dataclasses import dataclass, asdict, fields
 
 from core.errors import SpecError
-from core.stats import SOURCES
+from core.trace.record import SOURCES
 
 METHODS = ("ar", "full", "frspec", "nanospec", "slimspec", "nanoslim")
 SHAPES = ("tree", "chain")
@@ -38,7 +38,7 @@ class SpecConfig:
     top_k: int = 2
     tree_size: int = 6
     gamma: int = 2
-    context: str = "on"  # on: merge continuations of the token history into the draft tree (core/spec/context.py)
+    context: str = "on"  # on: merge continuations of the token history into the draft tree (core/decoding/context.py)
     context_len: int = 8  # at most this many context nodes per step (all branches) on top of the model's tree
     max_new_tokens: int = 128
     temperature: float = 0.0

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from core.atomic import write_atomic
+from core.paths import ASSETS, cache_root, write_atomic
 from core.errors import SpecError
 
 
@@ -61,10 +61,6 @@ ALIASES = {
         upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct", params=0.63, freq="qwen2.5-coder"),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECLENS_CACHE") or Path.home() / ".cache" / "speclens").expanduser()
 
 
 def model_alias(model_id: str) -> str | None:
@@ -320,6 +316,17 @@ def hub_error(model_id: str, err: Exception) -> SpecError:
     return SpecError(f"cannot load {model_id!r}: {why}; offline models: {', '.join(ALIASES)}")
 
 
+def freq_table(path_or_alias) -> Path:
+    """A table file path as given, or the shipped table of an offline model alias."""
+    if Path(path_or_alias).is_file():
+        return Path(path_or_alias)
+    alias = model_alias(str(path_or_alias))
+    if alias and (ASSETS / "freq" / f"{ALIASES[alias].freq or alias}.safetensors").is_file():  # aliases may share a tokenizer
+        return ASSETS / "freq" / f"{ALIASES[alias].freq or alias}.safetensors"
+    raise SpecError(f"no frequency table {str(path_or_alias)!r}: not a file nor a model with a shipped table "
+                    "(build one with `python -m core freq`)")
+
+
 def load_tokenizer(model_id: str = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
@@ -350,7 +357,7 @@ def load_model(model_id: str = DEFAULT_MODEL, device=None, dtype=None):
 
 def source_gguf(model_id: str) -> Path | None:
     """The GGUF an offline alias was converted from, if it is still in the cache (the fast runtime multiplies by its
-    codes: core/kernels/gguf_codes.py)."""
+    codes: core/kernels/cpu/gguf_codes.py)."""
     name = str(model_id).strip().lower()
     path = cache_root() / "gguf" / ALIASES[name].gguf if name in ALIASES else None
     return path if path is not None and path.is_file() else None

@@ -9,14 +9,14 @@ from pathlib import Path
 import torch
 
 from core.config import DRAFT_WEIGHTS, SpecConfig
-from core.spec.draft import ModelDrafter
-from core.spec.engine import generate
+from core.decoding.draft import ModelDrafter
+from core.decoding.engine import generate
 from core.errors import SpecError
-from core.spec.heads import build_head, svd_factors, uses_factors
+from core.decoding.heads import build_head, svd_factors, uses_factors
+from core.paths import ASSETS
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
 from core.runtime.fast import FastConfig, make_runner
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 _LOADED = {}
 _LOAD_LOCK = threading.Lock()
 
@@ -72,10 +72,10 @@ def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto
         draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
     if draft == "self":
         return ModelDrafter(make_runner(model, tokenizer, runtime), "self"), "self"
-    if draft == "context":  # prompt lookup alone (core/spec/context.py): no draft model, no draft head
+    if draft == "context":  # prompt lookup alone (core/decoding/context.py): no draft model, no draft head
         return None, "context"
     if draft == "eagle":
-        from core.spec.eagle import load_eagle_drafter
+        from core.decoding.eagle import load_eagle_drafter
         # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
         return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
@@ -101,9 +101,10 @@ def model_drafter(draft_model, tokenizer, name, runtime="auto", draft_weights="a
 
 def load_fr_ranks(model_id, vocab_size):
     """The FR-Spec frequency ranks shipped for this model (assets/freq/), else None."""
-    from core.freq import load_ranks
+    from core.decoding.freq import load_ranks
+    from core.models import freq_table
     try:
-        return load_ranks(model_alias(model_id) or model_id, vocab_size)
+        return load_ranks(freq_table(model_alias(model_id) or model_id), vocab_size)
     except (SpecError, FileNotFoundError):
         return None
 
@@ -202,7 +203,7 @@ class Pipeline:
         if cfg.method == "frspec":
             if self.fr_rank is None:
                 raise SpecError(f"no frequency table for {self.model_id}: build one with python -m core freq")
-            from core.freq import frspec_ids, special_ids
+            from core.decoding.freq import frspec_ids, special_ids
             fr_ids = frspec_ids(self.fr_rank, cfg.fr_size, special_ids(self.tokenizer))
         slim = self.slim_factors(cfg.rank, cfg.slim_init) if uses_factors(cfg.method, cfg.preview) else None
         return build_head(cfg.method, self.drafter.head_weight, cfg, fr_ids, slim, cfg.backend)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def peaky_tiny(seed=0, vocab=300, scale=8.0):
     """A tiny random llama whose next-token distributions are peaked (random init is near-uniform,
     which would make every greedy step a near-tie)."""
-    from core.tiny import tiny_model
+    from core.experiments.tiny import tiny_model
     m = tiny_model(seed=seed, vocab=vocab)
     with torch.no_grad():
         m.lm_head.weight.mul_(scale)

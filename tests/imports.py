@@ -33,7 +33,7 @@ def project_imports(name: str) -> set:
 
 
 def modules_under(package: str) -> list:
-    """The modules of one package folder: core -> core.atomic, core.experiments.bench, ... (subpackages not included)."""
+    """The modules of one package folder: core -> core.paths, core.experiments.bench, ... (subpackages not included)."""
     folder = ROOT.joinpath(*package.split("."))
     return sorted(f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__")
 

@@ -105,17 +105,17 @@ def test_make_config_rejects_absurd_settings():
 
 
 def _trace_of(records, method="nanospec") -> dict:
-    from core.stats import summarize
+    from core.trace.stats import summarize
     return {"meta": {"method": method, "cfg": {"temperature": 0.0}, "summary": summarize(records)},
             "records": [r.to_dict() for r in records]}
 
 
 def test_app_and_cli_give_one_lossless_verdict():
-    """The app's badge comes from core.stats.compare_to_ar (what `python -m core generate --compare-ar`
+    """The app's badge comes from core.trace.stats.compare_to_ar (what `python -m core generate --compare-ar`
     prints): a run diverging after a common prefix and a shorter run both differ, at the same token."""
-    from core.example import baseline_of, lossless_verdict
-    from core.stats import compare_to_ar
-    from core.trace import StepRecord
+    from core.trace.live import baseline_of, lossless_verdict
+    from core.trace.stats import compare_to_ar
+    from core.trace.record import StepRecord
     ar = [StepRecord(step=i, kind="prefill" if i == 0 else "ar", emitted=[t], margin=[2.0])
           for i, t in enumerate([5, 6, 7, 8, 9])]
     diverging = [StepRecord(step=0, kind="prefill", emitted=[5], margin=[2.0]),
@@ -160,7 +160,7 @@ class FakePipe:
         self.methods = []
 
     def run(self, prompt, cfg, chat=True, should_stop=lambda: False, **kw):
-        from core.trace import StepRecord
+        from core.trace.record import StepRecord
         self.methods.append(cfg.method)
         recs = [StepRecord.from_dict(r) for r in self.trace["records"]]
         if cfg.method == "ar":
@@ -263,8 +263,8 @@ def fake_paper(monkeypatch):
     """run_paper stand-in (the grid itself is tested in test_paper.py): records its settings, writes a report."""
     seen = {}
 
-    def run_paper(settings, progress=None):
-        seen.update(settings)
+    def run_paper(settings, progress=None, draw=None):
+        seen.update(settings, draws=draw is not None)
         progress(0.5, desc="half")
         out = Path(settings["figures"])
         (out / "report.md").write_text("# SpecLens paper figures\n\n| a |\n|---|\n| 1 |\n")
@@ -279,6 +279,7 @@ def test_paper_tab_runs_the_grid_on_the_shipped_prompts_and_offers_every_file(fa
     assert "Done" in got["note"] and got["report"].startswith("# SpecLens paper figures")
     assert sorted(Path(f).name for f in got["files"]) == ["report.md", "table2_speed.csv"]
     assert "prompts" not in fake_paper and fake_paper["max_new_tokens"] == 128 and fake_paper["categories"] is None
+    assert fake_paper["draws"]  # the tab hands run_paper the figures' drawing (viz.paper.draw_figures)
 
 
 def test_paper_tab_uses_an_uploaded_prompt_file(fake_paper, tmp_path):
@@ -296,7 +297,7 @@ def test_paper_tab_names_a_bad_prompt_file_instead_of_failing(tmp_path):
 
 
 def test_untrained_slim_factors_are_said_on_screen(default_pipeline):
-    from core.example import slim_factors_kind
+    from core.trace.live import slim_factors_kind
     from viz.notes import trace_notes
     cfg = make_config("slimspec", *default_settings(), 16, 0.0)
     assert slim_factors_kind(default_pipeline, cfg) == "trained"  # the EAGLE pair ships factors at d/8

@@ -1,4 +1,4 @@
-"""Context drafting (core/spec/context.py) merged into the draft tree: suffix matches, the merged tree's mask,
+"""Context drafting (core/decoding/context.py) merged into the draft tree: suffix matches, the merged tree's mask,
 greedy losslessness with context on, and the target distribution under sampling (χ²)."""
 import random
 
@@ -7,13 +7,13 @@ import torch
 
 from conftest import peaky_tiny
 from core.config import SpecConfig
-from core.spec.context import Branch, ContextDrafter
-from core.spec.draft import ModelDrafter
-from core.spec.engine import generate
-from core.spec.heads import build_head
+from core.decoding.context import Branch, ContextDrafter
+from core.decoding.draft import ModelDrafter
+from core.decoding.engine import generate
+from core.decoding.heads import build_head
 from core.runtime.runner import EagerRunner
-from core.stats import compare_to_ar, summarize
-from core.spec.tree import Tree, merge_context, verify_inputs
+from core.trace.stats import compare_to_ar, summarize
+from core.decoding.tree import Tree, merge_context, verify_inputs
 from test_sampling import DRAFT, TARGET, BigramRunner, chi2_pvalue, exact_joint
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -160,7 +160,7 @@ def test_tree_view_marks_context_nodes():
 
 @pytest.mark.parametrize("i, shape, alone", [(2, "tree", False), (6, "chain", False), (5, "tree", True)])
 def test_default_model_greedy_with_context_equals_plain_greedy(default_pipeline, i, shape, alone):
-    from core.prompts import example_prompts
+    from core.experiments.prompts import example_prompts
     pipe, prompt = default_pipeline, example_prompts()[i]
     ar = list(pipe.run(prompt.text, SpecConfig(method="ar", max_new_tokens=32)))
     cfg = SpecConfig(method="nanospec", shape=shape, context="on", max_new_tokens=32)
@@ -179,7 +179,7 @@ def test_bench_results_written_before_context_drafting_count_as_context_off():
 
 
 def _switch_after_warmup(model_ms: float, model_tokens_per_step: float):
-    from core.spec.context import ModelSwitch
+    from core.decoding.context import ModelSwitch
     sw = ModelSwitch()
     for drafted in (True,) * sw.WARM + (False,) * sw.WARM:
         sw.observe(drafted, model_ms if drafted else 10.0, model_tokens_per_step if drafted else 0)

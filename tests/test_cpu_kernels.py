@@ -1,10 +1,10 @@
-"""The fused CPU kernels (core/kernels/cpu_layer.c) against their torch reference, the fast runtime's torch path."""
+"""The fused CPU kernels (core/kernels/cpu/cpu_layer.c) against their torch reference, the fast runtime's torch path."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from core.runtime import fast as rt
-from core.kernels import cpu_layer
+from core.kernels.cpu import cpu_layer
 
 pytestmark = pytest.mark.skipif(cpu_layer.lib() is None, reason=f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
 TOL = dict(atol=2e-6, rtol=2e-6)
@@ -94,7 +94,7 @@ def test_attend_rows_do_not_depend_on_masked_gaps_or_the_pass_size():
 
 
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
-    from core.tiny import tiny_model
+    from core.experiments.tiny import tiny_model
 
     def no_compiler(*args):
         raise OSError("cc: not found")
@@ -124,7 +124,7 @@ def test_pipeline_runtime_note_says_which_path_runs_and_why():
 
 
 def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
-    from core.tiny import tiny_model
+    from core.experiments.tiny import tiny_model
     runner = rt.FastRunner(tiny_model(0, d=32))  # 4 heads of 8
     assert not runner.kernels and "multiple of 16" in runner.kernels_reason
     ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]

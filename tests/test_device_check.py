@@ -57,7 +57,7 @@ def test_json_and_markdown_outputs_exist(run):
 
 
 def test_kernels_table_is_the_one_docs_kernels_md_shows_with_triton_rows_timed(run):
-    from core.kernels.bench import COLUMNS
+    from core.kernels.triton.bench import COLUMNS
     lines = (run[0] / "kernels.md").read_text().splitlines()
     assert lines[0] == "```" and lines[2] == COLUMNS and lines[-1] == "```"
     triton = [r for r in rows(run[0] / "kernels.csv") if r["method"].startswith("triton")]

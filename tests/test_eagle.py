@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from core.spec.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
-from core.tiny import tiny_model
+from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
+from core.experiments.tiny import tiny_model
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)
@@ -73,7 +73,7 @@ def test_drafter_shapes_and_tree_mask():
 
 
 def test_eagle3_state_dict_loads_and_runs():
-    from core.spec.eagle import load_eagle3_state_dict
+    from core.decoding.eagle import load_eagle3_state_dict
     model, _ = tiny()
     c, d, Vd = model.config, 64, 100
     hd = d // c.num_attention_heads

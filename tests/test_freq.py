@@ -3,12 +3,12 @@ import json
 import pytest
 import torch
 
-from core import freq
+from core.decoding.freq import frspec_ids, load_ranks, load_table, special_ids
 from core.errors import SpecError
-from core.freq import (count_generations, count_tokens, frspec_ids, load_ranks, load_table, read_texts,
-                       save_table, special_ids)
-from core.models import model_alias
-from core.tiny import tiny_model, tiny_tokenizer
+from core.experiments import freq
+from core.experiments.freq import count_generations, count_tokens, read_texts, save_table
+from core.models import freq_table, model_alias
+from core.experiments.tiny import tiny_model, tiny_tokenizer
 
 TEMPLATE = "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s>{% endif %}"
 
@@ -115,15 +115,15 @@ def test_cli_reports_a_missing_corpus_file_as_an_error(tmp_path, capsys):
 
 def test_an_unknown_table_name_is_a_spec_error():
     with pytest.raises(SpecError, match="no frequency table 'gpt2'"):
-        load_ranks("gpt2", 50257)
+        freq_table("gpt2")
 
 
 @pytest.mark.parametrize("alias,vocab", [("smollm2-135m-instruct", 49152), ("gemma-3-270m", 262144),
                                          ("qwen2.5-coder-1.5b-instruct", 151936), ("qwen2.5-coder-0.5b-instruct", 151936)])
 def test_shipped_tables_load_by_model_alias(alias, vocab):
     """Aliases that share a tokenizer (the Qwen2.5-Coder pair) share one table, counted with that tokenizer."""
-    ranks = load_ranks(alias, vocab)
+    ranks = load_ranks(freq_table(alias), vocab)
     assert sorted(ranks.tolist()) == list(range(vocab))
-    _, meta = load_table(freq.table_path(alias))
-    assert freq.table_path(model_alias(meta["model"])) == freq.table_path(alias)
+    _, meta = load_table(freq_table(alias))
+    assert freq_table(model_alias(meta["model"])) == freq_table(alias)
     assert meta["corpus_tokens"] > 1_000_000

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from core.config import (BACKENDS, MAX_NEW_TOKENS, MAX_TREE, MAX_W_MAX, METHODS, SHAPES, WINDOWS,
                          SpecConfig)
-from core.spec.draft import ModelDrafter
-from core.spec.engine import generate
+from core.decoding.draft import ModelDrafter
+from core.decoding.engine import generate
 from core.errors import SpecError
-from core.freq import frspec_ids
-from core.spec.heads import build_head
-from core.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
+from core.decoding.freq import frspec_ids
+from core.decoding.heads import build_head
+from core.experiments.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
 from core.runtime.runner import EagerRunner
-from core.stats import compare_to_ar, tokens_of
+from core.trace.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 VOCAB, D = 300, 64

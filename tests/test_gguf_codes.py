@@ -1,11 +1,11 @@
-"""A GGUF model's Q4_K / Q6_K codes as the target's weights (core/kernels/gguf_codes.py, gguf_mm.c): they decode to
+"""A GGUF model's Q4_K / Q6_K codes as the target's weights (core/kernels/cpu/gguf_codes.py, gguf_mm.c): they decode to
 exactly the bf16 weights the model holds, their products are those weights' products, each row is the same whatever
 rows share the call, and a bf16 model on them keeps speculative greedy = its own greedy."""
 import numpy as np
 import pytest
 import torch
 
-from core.kernels import cpu_layer, gguf_codes as g
+from core.kernels.cpu import cpu_layer, gguf_codes as g
 
 needs_amx = pytest.mark.skipif(not cpu_layer.amx_ok(), reason="codes_mm needs AMX-BF16")
 BYTES = {"Q4_K": 144, "Q6_K": 210}
@@ -172,10 +172,10 @@ def on_codes(runner) -> list:
 def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, method):
     from core.config import SpecConfig
     from core.runtime.fast import FastRunner
-    from core.spec.draft import ModelDrafter
-    from core.spec.engine import generate
-    from core.spec.heads import build_head
-    from core.stats import compare_to_ar
+    from core.decoding.draft import ModelDrafter
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.trace.stats import compare_to_ar
 
     target, draft = gguf_qwen2(tmp_path / "tiny.gguf")
     runner = FastRunner(target)

@@ -2,7 +2,7 @@
 import torch
 
 from core.config import SpecConfig
-from core.spec.heads import build_head, svd_factors
+from core.decoding.heads import build_head, svd_factors
 
 torch.manual_seed(0)
 V, D = 300, 32

@@ -1,4 +1,4 @@
-"""core/interfaces.py: every Runner, Drafter and Head the engine can be handed satisfies its Protocol
+"""core/decoding/protocols.py: every Runner, Drafter and Head the engine can be handed satisfies its Protocol
 (members present, and each method takes the Protocol's parameters, in order)."""
 import inspect
 import typing
@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from conftest import peaky_tiny
-from core import interfaces
+from core.decoding import protocols as interfaces
 from core.config import SpecConfig
-from core.spec.draft import DraftState, ModelDrafter
-from core.spec.eagle import EagleDrafter, EagleHead
-from core.spec.heads import build_head
+from core.decoding.draft import DraftState, ModelDrafter
+from core.decoding.eagle import EagleDrafter, EagleHead
+from core.decoding.heads import build_head
 from core.runtime.runner import EagerRunner
 from core.runtime.fast import FastRunner
 

@@ -15,9 +15,9 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from core import kernels  # noqa: E402
+from core.kernels import triton as kernels  # noqa: E402
 from core.errors import SpecError  # noqa: E402
-from core.kernels import bench  # noqa: E402
+from core.kernels.triton import bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -73,7 +73,7 @@ def test_triton_on_cpu_without_interpreter_is_a_spec_error(monkeypatch):
 
 
 def test_importing_kernels_before_setting_the_interpreter_is_harmless():
-    code = ("import os; os.environ.pop('TRITON_INTERPRET', None); import torch; from core import kernels; "
+    code = ("import os; os.environ.pop('TRITON_INTERPRET', None); import torch; from core.kernels import triton as kernels; "
             "os.environ['TRITON_INTERPRET'] = '1'; "
             "out = kernels.gathered_gemm(torch.ones(1, 4), torch.ones(3, 4), torch.tensor([2]), 'triton'); "
             "assert out.tolist() == [[4.0]], out")

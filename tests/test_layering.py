@@ -5,10 +5,10 @@ import pytest
 
 from imports import cycles, external_imports, graph, modules_under, project_imports
 
-PACKAGES = ("core", "core.spec", "core.runtime", "core.kernels", "core.experiments", "core.train")
+PACKAGES = ("core", "core.decoding", "core.runtime", "core.kernels", "core.experiments", "core.train")
 CORE = [m for p in PACKAGES for m in modules_under(p)]
 # experiments, training and entry points: `python -m core ...` subcommands and what only they use
-ENTRIES = {"core.__main__", "core.cli", "core.kernels.bench"} | {
+ENTRIES = {"core.__main__", "core.cli", "core.kernels.triton.bench"} | {
     m for m in CORE if m.startswith(("core.experiments.", "core.train."))}
 UI = modules_under("ui")  # the app's handlers; app.py is the layout on top of them
 

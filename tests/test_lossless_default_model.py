@@ -3,8 +3,8 @@ decoding, one shipped prompt per category (32 new tokens, one shared model insta
 import pytest
 
 from core.config import SpecConfig
-from core.prompts import example_prompts
-from core.stats import compare_to_ar
+from core.experiments.prompts import example_prompts
+from core.trace.stats import compare_to_ar
 
 METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim", "nanospec", "nanoslim"]
 

@@ -4,11 +4,11 @@ import torch
 
 from conftest import peaky_tiny
 from core.config import SpecConfig
-from core.spec.draft import ModelDrafter
-from core.spec.engine import generate
-from core.spec.heads import build_head
+from core.decoding.draft import ModelDrafter
+from core.decoding.engine import generate
+from core.decoding.heads import build_head
 from core.runtime.runner import EagerRunner
-from core.stats import compare_to_ar, tokens_of
+from core.trace.stats import compare_to_ar, tokens_of
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim"]
@@ -73,7 +73,7 @@ def test_run_stops_at_the_token_budget(tiny_target):
 
 
 def _pair(margin: float, tie_tol: float):
-    from core.trace import StepRecord
+    from core.trace.record import StepRecord
     ar = [StepRecord(0, "ar", emitted=[1, 2, 3], margin=[1.0, 1.0, 1.0], tie_tol=[tie_tol] * 3)]
     spec = [StepRecord(0, "step", emitted=[1, 2, 4], margin=[1.0, 1.0, margin], tie_tol=[tie_tol] * 3)]
     return spec, ar
@@ -90,7 +90,7 @@ def test_a_divergence_with_a_clear_margin_is_a_difference():
 
 
 def test_the_tie_rule_fires_for_bf16_scale_gaps_and_not_for_fp32_ones():
-    from core.stats import tie_tolerance
+    from core.trace.stats import tie_tolerance
     top, gap = 20.0, 0.125  # one bf16 rounding step at |logit| = 20
     assert compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -7)))["tie"]
     assert not compare_to_ar(*_pair(gap, tie_tolerance(top, eps=2 ** -23)))["tie"]

@@ -9,7 +9,7 @@ import torch
 from core import models
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
-from core.tiny import tiny_model, tiny_tokenizer
+from core.experiments.tiny import tiny_model, tiny_tokenizer
 
 
 def save_tiny_checkpoint(path, seed=0):

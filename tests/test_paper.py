@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from conftest import peaky_tiny
+from core.config import METHODS
 from core.experiments import bench, paper
-from core.spec.draft import ModelDrafter
+from core.decoding.draft import ModelDrafter
 from core.pipeline import Pipeline
 from core.runtime.fast import make_runner
-from core.tiny import tiny_tokenizer
+from core.experiments.tiny import tiny_tokenizer
 from viz import paper as vp
 
 OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensitivity", "fig6_vocab_evolution",
@@ -40,7 +41,7 @@ def figures(tmp_path_factory, single_thread, pipe):
     settings = {"figures": str(out / "figs"), "prompts": [str(prompts)], "limit": 1, "max_new_tokens": 8,
                 "model": "tiny-paper", "draft": "self", "runtime": "eager", "sweep_prompts": 1, "png": False}
     calls = []
-    paths = paper.run_paper(settings, progress=lambda f, desc=None: calls.append(f), pipe=pipe)
+    paths = paper.run_paper(settings, progress=lambda f, desc=None: calls.append(f), pipe=pipe, draw=vp.draw_figures)
     return out / "figs", paths, calls, settings
 
 
@@ -71,9 +72,9 @@ def test_limit_is_per_category_and_sweeps_run_on_the_first_prompt_only(figures):
     out = figures[0]
     runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert {r["prompt_id"] for r in runs} == {"a-1", "b-1"}
-    sweep = {r["prompt_id"] for r in runs if r["variant"] not in paper.METHODS}
+    sweep = {r["prompt_id"] for r in runs if r["variant"] not in METHODS}
     assert sweep == {"a-1"}
-    assert {r["method"] for r in read(out / "table2_speed.csv")} == set(paper.METHODS)
+    assert {r["method"] for r in read(out / "table2_speed.csv")} == set(METHODS)
 
 
 def test_oracle_and_actual_coincide_for_the_full_vocabulary(figures):
@@ -152,7 +153,7 @@ def test_bench_keeps_its_csv_columns_and_accepts_figures_instead_of_out():
 
 
 def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for():
-    from core.prompts import Prompt
+    from core.experiments.prompts import Prompt
     prompts = [Prompt("c-1", "code", "def f():")]
     model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
     assert bench.config_from(bench.parse(model), "slimspec").rescore > 0  # the pair's measured default rescores
@@ -163,7 +164,7 @@ def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for()
 
 
 def test_the_paper_grid_runs_the_papers_nanospec_unless_a_preview_is_asked_for():
-    from core.prompts import Prompt
+    from core.experiments.prompts import Prompt
     prompts = [Prompt("c-1", "code", "def f():")]
     model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
     assert {cfg.preview for _, _, cfg in paper.plan(bench.parse(model), prompts)} == {0}

@@ -2,7 +2,7 @@
 import torch
 
 from core.config import SpecConfig
-from core.spec.heads import svd_factors
+from core.decoding.heads import svd_factors
 from core.pipeline import head_dir
 
 

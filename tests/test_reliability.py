@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from core import models
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.prompts import example_prompts
-from core.stats import compare_to_ar, tokens_of
+from core.experiments.prompts import example_prompts
+from core.trace.stats import compare_to_ar, tokens_of
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 16  # new tokens per default-model run
@@ -36,7 +36,7 @@ def die_mid_write(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", prelude + code], cwd=tmp_path, capture_output=True, timeout=300)
 
 
-# ---------------------------------------------------------------- core/atomic.py
+# ---------------------------------------------------------------- core/paths.py
 
 def test_write_atomic_writes_bytes_and_text_and_leaves_no_temporary(tmp_path):
     write_atomic(tmp_path / "a.bin", b"\x00\x01")
@@ -81,7 +81,7 @@ def test_data_of_another_type_is_rejected_before_anything_is_written(tmp_path):
 
 
 def test_a_process_killed_mid_write_leaves_no_final_file(tmp_path):
-    r = die_mid_write("from core.atomic import write_atomic\nwrite_atomic('out.bin', half_then_die)", tmp_path)
+    r = die_mid_write("from core.paths import write_atomic\nwrite_atomic('out.bin', half_then_die)", tmp_path)
     assert r.returncode == -9
     assert final_files(tmp_path) == []
 
@@ -89,7 +89,7 @@ def test_a_process_killed_mid_write_leaves_no_final_file(tmp_path):
 # ---------------------------------------------------------------- cache writers of other modules
 
 def test_a_frequency_table_killed_mid_write_is_never_the_final_file(tmp_path):
-    code = ("import torch, core.freq as f\n"
+    code = ("import torch, core.experiments.freq as f\n"
             "f.save_file = lambda tensors, path, metadata=None: half_then_die(path)\n"
             "f.save_table('t.safetensors', torch.ones(5), {})")
     assert die_mid_write(code, tmp_path).returncode == -9
@@ -97,7 +97,8 @@ def test_a_frequency_table_killed_mid_write_is_never_the_final_file(tmp_path):
 
 
 def test_a_failed_frequency_table_write_keeps_the_previous_table(tmp_path, monkeypatch):
-    from core import freq
+    from core.decoding.freq import load_table
+    from core.experiments import freq
     path = tmp_path / "t.safetensors"
     freq.save_table(path, torch.tensor([3, 2, 1]), {"v": 1})
 
@@ -107,7 +108,7 @@ def test_a_failed_frequency_table_write_keeps_the_previous_table(tmp_path, monke
     monkeypatch.setattr(freq, "save_file", half_then_fail)
     with pytest.raises(OSError):
         freq.save_table(path, torch.tensor([9, 9, 9]), {"v": 2})
-    counts, meta = freq.load_table(path)
+    counts, meta = load_table(path)
     assert counts.tolist() == [3, 2, 1] and meta == {"v": 1}
 
 
@@ -227,7 +228,7 @@ def test_the_api_endpoint_takes_no_model_path_or_url():
 
 UPLOAD_KINDS = ("File", "UploadButton", "Image", "ImageEditor", "Audio", "Video", "Gallery", "Model3D",
                 "MultimodalTextbox")
-DATA_FILE_TYPES = {".jsonl", ".json", ".csv", ".txt"}  # read by our own parsers (core/prompts.py), never executed
+DATA_FILE_TYPES = {".jsonl", ".json", ".csv", ".txt"}  # read by our own parsers (core/experiments/prompts.py), never executed
 
 
 def upload_components(demo) -> list:

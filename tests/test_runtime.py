@@ -4,7 +4,7 @@ import torch
 
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir
-from core.tiny import tiny_model
+from core.experiments.tiny import tiny_model
 from core.runtime.fast import FastConfig, FastRunner, make_runner, packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -14,7 +14,7 @@ ATOL = 1e-4
 @pytest.fixture(autouse=True, params=["c-kernels", "torch-ops"])
 def layer_ops(request, monkeypatch):
     """Every spec here holds both with the fused C kernels between the GEMMs and on the torch path they replace."""
-    from core.kernels import cpu_layer
+    from core.kernels.cpu import cpu_layer
     if request.param == "torch-ops":
         monkeypatch.setenv("SPECLENS_CPU_KERNELS", "0")
     cpu_layer.lib.cache_clear()
@@ -318,10 +318,10 @@ def test_spec_greedy_equals_the_fast_runtimes_own_greedy(method, dtype):
     bf16 packed: exactly (its rows do not depend on the pass size)."""
     from conftest import peaky_tiny
     from core.config import SpecConfig
-    from core.spec.draft import ModelDrafter
-    from core.spec.engine import generate
-    from core.spec.heads import build_head
-    from core.stats import compare_to_ar
+    from core.decoding.draft import ModelDrafter
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.trace.stats import compare_to_ar
 
     model = peaky_tiny(0).to(dtype)
     prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -357,10 +357,10 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
     """A separate Qwen2 draft model on the fast runtime: speculative greedy = the target's own greedy (fp32: up
     to a near-tie; bf16 packed: exactly), and the draft is accepted often enough that multi-token steps run."""
     from core.config import SpecConfig
-    from core.spec.draft import ModelDrafter
-    from core.spec.engine import generate
-    from core.spec.heads import build_head
-    from core.stats import compare_to_ar
+    from core.decoding.draft import ModelDrafter
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.trace.stats import compare_to_ar
 
     target, draft = (m.to(dtype) for m in peaky_qwen2_pair())
     prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -377,7 +377,7 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
 
 def test_eagle_drafter_on_fast_runtime_matches_eager():
     """The EAGLE layer on the fast runtime (a 1-layer runner): prefill, extend, a two-level tree, rollback."""
-    from core.spec.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+    from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
     model = tiny_variant("llama", 3)
     head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
     with torch.no_grad():
@@ -409,9 +409,9 @@ def test_a_quantized_draft_model_keeps_greedy_exact_and_is_still_accepted(weight
     bf16 target's own greedy, bit for bit, and the quantized draft still gets multi-token steps accepted."""
     from core.config import SpecConfig
     from core.pipeline import model_drafter
-    from core.spec.engine import generate
-    from core.spec.heads import build_head
-    from core.stats import compare_to_ar
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.trace.stats import compare_to_ar
 
     target, draft = (m.to(torch.bfloat16) for m in peaky_qwen2_pair())
     prompt = torch.randint(0, 300, (14,), generator=torch.Generator().manual_seed(2)).tolist()

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from core.config import SpecConfig
-from core.spec.draft import ModelDrafter
-from core.spec.engine import generate
-from core.spec.heads import build_head
+from core.decoding.draft import ModelDrafter
+from core.decoding.engine import generate
+from core.decoding.heads import build_head
 
 V = 5
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -84,6 +84,6 @@ def test_sampling_keeps_the_target_distribution(method, shape):
 
 
 def test_top_p_sampling_keeps_the_truncated_target_distribution():
-    from core.spec.tree import target_probs
+    from core.decoding.tree import target_probs
     p = target_probs(torch.tensor([2.0, 1.0, 0.0, -5.0]), 1.0, 0.8)
     assert p[3] == 0 and p[2] == 0 and abs(float(p.sum()) - 1) < 1e-6

@@ -1,11 +1,11 @@
-"""core/stats.py: one run's statistics, a group of runs' statistics and the table rows built from them
+"""core/trace/stats.py: one run's statistics, a group of runs' statistics and the table rows built from them
 (hand-made StepRecords and rows, no model)."""
 import pytest
 
 from core.experiments import bench, context_bench
 
-from core import stats
-from core.trace import StepRecord
+from core.trace import stats
+from core.trace.record import TIMERS, StepRecord
 
 
 def step(emitted, accepted=(), origin=None, active=10, in_vocab=None, head_calls=2, ms=1.0):
@@ -15,17 +15,17 @@ def step(emitted, accepted=(), origin=None, active=10, in_vocab=None, head_calls
     return StepRecord(step=1, kind="step", tree=tree, accepted=list(accepted), emitted=list(emitted),
                       emitted_in_vocab=in_vocab if in_vocab is not None else [True] * len(emitted),
                       stream={"entered": [], "left": [], "size_s": 0, "active": active},
-                      timing_ms={k: ms for k in stats.TIMERS})
+                      timing_ms={k: ms for k in TIMERS})
 
 
 def run(*steps):
-    return [StepRecord(step=0, kind="prefill", emitted=[1], timing_ms={k: 0.5 for k in stats.TIMERS}), *steps]
+    return [StepRecord(step=0, kind="prefill", emitted=[1], timing_ms={k: 0.5 for k in TIMERS}), *steps]
 
 
 def row(category="c", method="nanospec", steps=1, step_tokens=1, wall_s=1.0, new_tokens=None, **kw):
     return {"category": category, "method": method, "variant": method, "steps": steps, "step_tokens": step_tokens,
             "new_tokens": step_tokens if new_tokens is None else new_tokens, "wall_s": wall_s,
-            "timing_ms": {k: 0.0 for k in stats.TIMERS}, **kw}
+            "timing_ms": {k: 0.0 for k in TIMERS}, **kw}
 
 
 def test_run_totals_leave_the_prefill_out_of_steps_but_count_its_token():

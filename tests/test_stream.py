@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from core.config import SpecConfig
-from core.spec.heads import build_head
-from core.spec.stream import CandidateStream
+from core.decoding.heads import build_head
+from core.decoding.stream import CandidateStream
 
 V = 200
 

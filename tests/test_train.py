@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from core.train import eagle as te
-from core.spec.eagle import EagleConfig, EagleHead, init_from_target
+from core.decoding.eagle import EagleConfig, EagleHead, init_from_target
 from core.errors import SpecError
-from core.tiny import tiny_model, tiny_tokenizer
+from core.experiments.tiny import tiny_model, tiny_tokenizer
 from core.train.loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
 from core.train.slim import SlimConfig, held_out, svd_init, train_factors, whitened_svd
 
@@ -170,7 +170,7 @@ def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
     from core.config import SpecConfig
-    from core.stats import summarize
+    from core.trace.stats import summarize
     model, head = tiny(2)
     tok = tiny_tokenizer(chat_template=TEMPLATE)
     pipe = te.card_pipeline(model, tok, head, "tiny")

@@ -13,7 +13,7 @@ from viz.stream import arrival_log, render_stream, s_entries
 from viz.summary import accepted_by_origin, compare_table, lm_head_share, summary_cards, vocab_misses
 from viz.synthetic import synthetic_trace
 from viz.text import rejected_nodes, render_text
-from viz.tracefile import load_trace, missing_ids, round_floats, save_trace
+from core.trace.file import load_trace, missing_ids, round_floats, save_trace
 from viz.tree import render_tree
 
 

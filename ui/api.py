@@ -1,7 +1,7 @@
 """The one named API endpoint, /generate: a prompt with default settings -> the run summary."""
 import gradio as gr
 
-from core.example import run_to_end
+from core.trace.live import run_to_end
 from ui.models import DEFAULT_KEY, GPU, load_pipeline
 from ui.runs import RUN_MAX_SECONDS, check_prompt, default_settings, error_message, make_config
 

@@ -3,7 +3,7 @@ import gradio as gr
 
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
-from core.example import baseline_of, run_to_end
+from core.trace.live import baseline_of, run_to_end
 from ui.models import GPU, load_pipeline
 from ui.runs import (RUN_MAX_SECONDS, baseline_key, cached_ar, check_prompt, comparison, make_config, remember_ar,
                      shown_error, stoppable)

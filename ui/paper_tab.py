@@ -10,6 +10,7 @@ from core.experiments.paper import run_paper
 from ui.models import GPU, parse_model_key
 from ui.runs import shown_error
 from viz.notes import status_note
+from viz.paper import draw_figures
 
 _PAPER_LOCK = threading.Lock()
 
@@ -31,7 +32,7 @@ def paper_ui(model_key, upload, limit, max_new, categories, progress=gr.Progress
         out_dir = tempfile.mkdtemp(prefix="speclens-paper-")
         settings = paper_settings(model_key, upload, limit, max_new, categories, out_dir)
         with _PAPER_LOCK:  # one grid at a time: it holds the model for minutes
-            paths = run_paper(settings, progress=progress)
+            paths = run_paper(settings, progress=progress, draw=draw_figures)
         report = Path(paths["report.md"]).read_text()
         files = [p for name, p in sorted(paths.items()) if name.endswith((".md", ".csv", ".png", ".html"))]
         return {"note": status_note(f"Done: {len(files)} files in the downloads below."), "report": report,

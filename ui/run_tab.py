@@ -7,9 +7,10 @@ import time
 
 import gradio as gr
 
-from core.example import EXAMPLES, LiveRun, baseline_of, finish_trace
-from core.stats import summarize
-from core.trace import StepRecord
+from core.experiments.examples import EXAMPLES
+from core.trace.live import LiveRun, baseline_of, finish_trace
+from core.trace.stats import summarize
+from core.trace.record import StepRecord
 from ui.models import GPU, load_pipeline, parse_model_key
 from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, make_config, remember_ar,
                      shown_error, stoppable, summary_for, write_downloads)
@@ -18,7 +19,7 @@ from viz.panels import render_panels
 from viz.summary import summary_cards
 from viz.synthetic import synthetic_trace
 from viz.tokens import last_index
-from viz.tracefile import load_example, load_trace
+from core.trace.file import load_example, load_trace
 
 FRAME_S = 1.0 / float(os.environ.get("SPECLENS_FPS", "5"))  # live run: panels sampled at this rate
 LAST_RUN_STATS = {}  # last Run-tab run in this process: engine seconds vs panel-rendering seconds

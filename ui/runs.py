@@ -12,12 +12,12 @@ import gradio as gr
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.models import draft_defaults
-from core.example import baseline_of, lossless_verdict, run_to_end
+from core.trace.live import baseline_of, lossless_verdict, run_to_end
 from viz import plots
 from viz.notes import error_note, trace_notes
 from viz.panels import all_figures
 from viz.summary import summary_cards
-from viz.tracefile import save_trace
+from core.trace.file import save_trace
 
 UI_MAX_NEW_TOKENS = 512
 SLIDERS = ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size")  # default_settings order
@@ -108,7 +108,7 @@ def baseline_key(model_key, prompt, cfg: SpecConfig) -> str:
 
 
 def remember_baseline(baselines: dict, key: str, baseline: dict, keep: int = 4) -> dict:
-    """AR baselines (core.example.baseline_of), newest last, at most `keep` of them."""
+    """AR baselines (core.trace.live.baseline_of), newest last, at most `keep` of them."""
     out = {k: v for k, v in (baselines or {}).items() if k != key}
     out[key] = baseline
     return dict(list(out.items())[-keep:])

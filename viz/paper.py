@@ -153,3 +153,19 @@ def fig_nu_rho(rows, kappa, levels=(0.8, 0.9, 1.0, 1.1, 1.2, 1.3)):
     fig.update_xaxes(title="predicted ρ_τ(1+κ)/(1+νκ)", row=1, col=2)
     fig.update_yaxes(title="measured tokens/s ratio", row=1, col=2)
     return _layout(fig, "SlimSpec ν–ρ–κ: where each draft head sits", height=500)
+
+
+def draw_figures(tables: dict, kappa: float, nanospec_point=None) -> dict:
+    """Every paper output drawn: {name: (columns, rows)} -> {name: figure} (core.experiments.paper's tables)."""
+    t = {name: rows for name, (_, rows) in tables.items()}
+    cols = {name: c for name, (c, _) in tables.items()}
+    return {"fig1a_oracle_vs_actual": fig_oracle_vs_actual(t["fig1a_oracle_vs_actual"], nanospec_point),
+            "fig1b_coverage_vs_vocab": fig_coverage_vs_vocab(t["fig1b_coverage_vs_vocab"]),
+            "fig5_wmax_sensitivity": fig_wmax_sensitivity(t["fig5_wmax_sensitivity"]),
+            "fig6_vocab_evolution": fig_vocab_evolution(t["fig6_vocab_evolution"]),
+            "table2_speed": fig_speed_table([r for r in t["table2_speed"] if r["method"] != "ar"]),
+            "table4_latency": fig_latency_table(t["table4_latency"]),
+            "table5_ablation": fig_table(t["table5_ablation"], cols["table5_ablation"], "Stream sources and LM-head layout"),
+            "table8_sources": fig_table(t["table8_sources"], cols["table8_sources"],
+                                        "Where the ids entering I_t come from (shares)"),
+            "slimspec_nu_rho": fig_nu_rho(t["slimspec_nu_rho"], kappa)}

@@ -1,4 +1,4 @@
-"""Run summary cards (from core.stats.summarize()'s dict) and the method-comparison table."""
+"""Run summary cards (from core.trace.stats.summarize()'s dict) and the method-comparison table."""
 from viz.text import node_origin, rejected_nodes
 from viz.tokens import esc
 
@@ -84,7 +84,7 @@ def _footer(summary, method, lossless, runtime="") -> str:
 
 
 def lossless_badge(verdict: dict) -> str:
-    """verdict: core.stats.compare_to_ar's dict (the CLI's identical_to_ar / first_diff / near_tie)."""
+    """verdict: core.trace.stats.compare_to_ar's dict (the CLI's identical_to_ar / first_diff / near_tie)."""
     i = verdict.get("first_diff")
     if verdict.get("identical") and verdict.get("tie"):
         return (f'<span class="badge badge-ok" title="same tokens as plain decoding up to token {i}, where the '

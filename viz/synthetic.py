@@ -36,7 +36,7 @@ def _prefill_record(rng, prompt_ids, window, w_max, raw) -> dict:
 
 
 def _stream_event(window: list, chunks: list, w_max: int, raw: bool) -> dict:
-    """What core.spec.stream reports: ids entering / leaving I_t = Unique(Suffix(S, W_max))."""
+    """What core.decoding.stream reports: ids entering / leaving I_t = Unique(Suffix(S, W_max))."""
     before = set(window[-w_max:])
     for _, ids in chunks:
         window.extend(ids)

@@ -13,12 +13,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from core.cli import add_engine_args, config_from, pipeline_from
+from core.experiments.args import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.errors import SpecError
-from core import stats
-from core.stats import TIMERS
+from core.trace import stats
+from core.trace.record import ORIGINS, TIMERS
 
 SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
@@ -48,7 +48,7 @@ def parse(argv):
 
 def select_prompts(args) -> list:
     """Prompts of --prompts (default: the shipped set), only --categories, at most --limit per category."""
-    from core.prompts import DEFAULT_PROMPTS, load_prompts
+    from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     prompts, seen = [], {}
     for p in load_prompts(args.prompts or [DEFAULT_PROMPTS], categories=cats):
@@ -138,7 +138,7 @@ def summary_row(cat, method, a, ar) -> dict:
             **{k: round(a[k], 3) for k in ("lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step")},
             "identical_to_ar_frac": round(a["identical"] / a["compared"], 4) if a["compared"] else "",
             "ties": a["ties"] if a["compared"] else "",
-            **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in stats.ORIGINS}}
+            **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in ORIGINS}}
 
 
 def _read_json(path: Path):

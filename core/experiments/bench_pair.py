@@ -19,7 +19,7 @@ from core.experiments.bench import run_row
 from core.config import SpecConfig
 from core.models import draft_defaults
 from core.runtime.fast import MATRICES
-from core.stats import aggregate, tokens_of, tps_ratio
+from core.trace.stats import aggregate, tokens_of, tps_ratio
 
 # a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
 # defaults (-WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
@@ -95,7 +95,7 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
 
 def read_gbs(gib: float = 1.0, reps: int = 5) -> float:
     """Main-memory read bandwidth now, GB/s: the fastest of `reps` sums over a buffer far larger than the caches."""
-    from core.kernels.bench import seconds
+    from core.kernels.triton.bench import seconds
     x = torch.ones(int(gib * 2**30) // 4)
     return x.numel() * 4 / seconds(x.sum, x.device, reps) / 1e9
 

@@ -25,7 +25,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.errors import SpecError
 
 CALL_MIB = 64          # what one device call carries: the working tree plus the carried paths

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from core.experiments.bench import print_table, select_prompts, set_threads, write_csv
-from core.cli import add_engine_args, config_from, torch_dtype
-from core import stats
+from core.experiments.args import add_engine_args, config_from, torch_dtype
+from core.trace import stats
 
 VARIANTS = ("ar", "nanospec", "nanospec+context", "context", "hf", "hf+lookup")
 COLS = ["category", "variant", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "vs_nanospec",

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.atomic import append_csv, write_atomic
+from core.paths import append_csv, write_atomic
 from core.errors import SpecError
 
 STEPS = ("env", "kernels", "lossless_tiny", "weights", "lossless", "train", "paper")
@@ -51,6 +51,7 @@ class Check:
     deadline: float = 0.0
     status: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)   # what later steps reuse (seconds per generation, ...)
+    draw: object = None   # the paper figures' drawing (viz.paper.draw_figures), handed in by the command line
 
     def left(self) -> float:
         """Seconds left in the current step."""
@@ -68,7 +69,7 @@ class Check:
 
     def prompts(self, n=None) -> list:
         """Shipped prompts, round robin over categories (a cut run still spans them)."""
-        from core.prompts import load_prompts
+        from core.experiments.prompts import load_prompts
         ps = load_prompts()
         cats = list(dict.fromkeys(p.category for p in ps))
         by = [[p for p in ps if p.category == c] for c in cats]
@@ -147,7 +148,7 @@ def write_json(ck: Check, name: str, data: dict) -> None:
 def step_env(ck: Check) -> str:
     import torch
     import transformers
-    from core.kernels import bench, interpreting
+    from core.kernels.triton import bench, interpreting
     dev = torch.device(ck.device)
     env = {"device": str(dev), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
            "capability": list(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None,
@@ -180,7 +181,7 @@ def kernel_argv(ck: Check) -> list:
 
 def step_kernels(ck: Check) -> str:
     import torch
-    from core.kernels import bench, interpreting, triton_installed
+    from core.kernels.triton import bench, interpreting, triton_installed
     args = bench.parse_args(kernel_argv(ck))
     device, dtype = torch.device(args.device), bench.DTYPES[args.dtype]
     copy = ck.facts.get("copy_gbps") or bench.copy_gbps(device, args.reps)
@@ -226,7 +227,8 @@ def load_pipe(ck: Check, model_id: str, draft: str):
     runtime = "eager" if ck.tiny or model_id != ck.model_id else "auto"
     pipe = Pipeline.load(model_id, draft=draft, runtime=runtime, device=ck.device, dtype=dtype)
     if pipe.fr_rank is None:
-        from core.freq import count_tokens, ranks_from_counts
+        from core.decoding.freq import ranks_from_counts
+        from core.experiments.freq import count_tokens
         counts = torch.zeros(pipe.vocab_size, dtype=torch.long)
         c = count_tokens(pipe.tokenizer, [p.text for p in ck.prompts()])[: pipe.vocab_size]
         counts[: len(c)] = c
@@ -243,7 +245,7 @@ def lossless_cfg(ck: Check, method: str, shape: str, vocab: int):
 def run_lossless(ck: Check, pipe, csv_name: str, prompts) -> dict:
     """Every method x {chain, tree} against AR greedy, prompt by prompt, until the prompts or the time run out."""
     from core.config import METHODS
-    from core.stats import compare_to_ar, summarize
+    from core.trace.stats import compare_to_ar, summarize
     n = same = done = 0
     dtype = str(pipe.model.dtype).removeprefix("torch.")
     for p in prompts:
@@ -319,7 +321,7 @@ def paper_settings(ck: Check) -> dict:
 
 def step_paper(ck: Check) -> str:
     from core.experiments import paper
-    from core.cli import torch_dtype
+    from core.experiments.args import torch_dtype
     from core.pipeline import _LOADED, load_key
     settings = paper_settings(ck)
     settings["dtype"] = "bf16" if ck.device.startswith("cuda") else "fp32"
@@ -328,7 +330,7 @@ def step_paper(ck: Check) -> str:
     _LOADED.setdefault(load_key(settings["model"], settings["draft"], settings["runtime"], None,
                                 torch_dtype(settings["dtype"]), settings.get("draft_weights", "auto")), pipe)
     write_json(ck, "paper_settings.json", settings)
-    paths = paper.run_paper(settings, progress=lambda f, desc=None: None)
+    paths = paper.run_paper(settings, progress=lambda f, desc=None: None, draw=ck.draw)
     return f"{len(paths)} files, {settings['max_new_tokens']} tokens, sweeps {settings['sweep_prompts']}"
 
 
@@ -388,11 +390,12 @@ def check_from(args) -> tuple:
     return ck, [s for s in STEPS if s in steps]
 
 
-def main(argv=None) -> int:
+def main(argv=None, draw=None) -> int:
     args = parse(argv)
     if args.tiny:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (transformers may)
     ck, steps = check_from(args)
+    ck.draw = draw
     if args.threads or args.tiny:
         import torch
         torch.set_num_threads(args.threads or 1)  # tiny models are per-op overhead; 1 thread is steadiest

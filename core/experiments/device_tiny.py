@@ -26,7 +26,7 @@ def byte_tokenizer():
 def save_tiny(out: Path, seed: int = 0, scale: float = 8.0) -> Path:
     """A peaked tiny random llama (lm_head x scale: random init is near-uniform, every greedy step a near-tie)
     and its tokenizer, saved at `out` (a checkpoint dir core.models.load_model reads)."""
-    from core.tiny import tiny_model
+    from core.experiments.tiny import tiny_model
     out = Path(out)
     if (out / "config.json").is_file():
         return out

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.prompts import DEFAULT_PROMPTS, load_prompts
+from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts
 
 RANKINGS = ("freq", "generations", "nanospec")  # what ranks the exported vocabulary (--source)
 CANDIDATE_SOURCES = ("prefill", "verify")  # chunks of S that are the target's own top-K candidates
@@ -184,11 +184,11 @@ def parse_args(argv):
 
 def load_corpus(args, vocab_size):
     """The FR-Spec table's counts [V] (--freq-table, else the model's shipped table), or None."""
-    from core.freq import fit_counts, load_table, table_path
-    from core.models import DEFAULT_MODEL, model_alias
+    from core.decoding.freq import fit_counts, load_table
+    from core.models import DEFAULT_MODEL, freq_table, model_alias
     name = args.freq_table or model_alias(args.model or DEFAULT_MODEL) or args.model
     try:
-        path = table_path(name)
+        path = freq_table(name)
     except SpecError:
         if args.freq_table:
             raise
@@ -232,7 +232,7 @@ def print_report(rep: dict, calib: dict) -> None:
 
 
 def export_eagle(pipe, out_dir, architecture) -> None:
-    from core.spec.eagle import save_official
+    from core.decoding.eagle import save_official
     if pipe.draft_name != "eagle":
         raise SpecError(f"{pipe.model_id} has no EAGLE head to export")
     for note in save_official(pipe.drafter.head, out_dir, architecture):
@@ -261,8 +261,8 @@ def rankings(source: str, corpus, runs, vocab_size: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from core.cli import pipeline_from
-    from core.freq import special_ids
+    from core.experiments.args import pipeline_from
+    from core.decoding.freq import special_ids
     args = parse_args(argv)
     check_args(args)
     if args.threads:

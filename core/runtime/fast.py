@@ -14,7 +14,7 @@ Weights come from the transformers model, re-laid out once (q|k|v and gate|up fu
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
 - codes (bf16 models converted from a GGUF, on AMX): in place of packed, each matrix whose Q4_K / Q6_K codes decode to
-  its bf16 weights bit for bit is multiplied on those codes (core/kernels/gguf_codes.py): a third of the bytes, the
+  its bf16 weights bit for bit is multiplied on those codes (core/kernels/cpu/gguf_codes.py): a third of the bytes, the
   same weights, each output row independent of the other rows at any row count.
 Activations (residual stream, norms, rope) are fp32 whatever the weights' dtype, KV cache and attention fp32
 (bf16 weights on the torch path: fp64); only the GEMM inputs are rounded to the weights' dtype, and forward() returns hidden
@@ -23,7 +23,7 @@ verified in a tree / chain of up to PACK_ROWS tokens or decoded alone.
 The KV cache is two static tensors, keys transposed [layers, kv_heads, head_dim, max_len] (scores are then a
 vector loop over the keys) and values [layers, kv_heads, max_len, head_dim]: committed rows, then pending rows;
 `commit` compacts the kept pending rows in place.
-Between the GEMMs, fused C kernels (core/kernels/cpu_layer.c) replace ~10 small torch ops each where a C
+Between the GEMMs, fused C kernels (core/kernels/cpu/cpu_layer.c) replace ~10 small torch ops each where a C
 compiler is at hand (`FastRunner.kernels`); the torch functions below stay as their reference and fallback.
 """
 import functools
@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from core.kernels import cpu_layer, gguf_codes
+from core.kernels.cpu import cpu_layer, gguf_codes
 from core.runtime.runner import EagerRunner, window_of
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
@@ -49,7 +49,7 @@ class FastConfig:
     layout: str = "auto"         # auto (bf16: packed, else hybrid) | packed | blocked | hybrid | plain
     block_bytes: int = 0         # bytes per weight block; 0 = half the L2 cache
     check: bool = True           # make_runner('auto'): compare logits with transformers once
-    kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu_layer.c) where they build
+    kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu/cpu_layer.c) where they build
     weights: str = "model"       # layer GEMM weights: model (its dtype) | int8 | int4 (a draft model's; see QUANTS)
     codes: bool = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_CODES", "1") != "0")
     # ^ a GGUF model in bf16: products on its Q4_K / Q6_K codes, the same weights (gguf_codes); SPECLENS_GGUF_CODES=0 off
@@ -149,7 +149,7 @@ def arch_of(model) -> Arch:
 
 
 def act_index(hf_cfg) -> int:
-    from core.kernels.cpu_layer import ACTS
+    from core.kernels.cpu.cpu_layer import ACTS
     return ACTS.get(getattr(hf_cfg, "hidden_activation", None) or getattr(hf_cfg, "hidden_act", None), -1)
 
 
@@ -451,7 +451,7 @@ def layer_forward(x, w: dict, kt, vc, cos, sin, bias, start: int, a: Arch):
 def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch, dtype):
     """All decoder layers on x [n, d] fp32 (updated in place to the last layer's output) with the fused C
     kernels between the GEMMs: 4 GEMMs + 4 kernel calls per layer. Returns rms(x) * final_w as `dtype`."""
-    from core.kernels import cpu_layer as k
+    from core.kernels.cpu import cpu_layer as k
     h = k.rms_cast(x, layers[0]["ln1"], a.eps, dtype)
     for i, (w, kt, v) in enumerate(zip(layers, kts, vs)):
         att = k.attend(mm(h, w["wqkv"]), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
@@ -586,7 +586,7 @@ class FastRunner:
 def kernels_reason(a: Arch, dtype, fast_cfg: FastConfig) -> str:
     """'' if the fused C kernels serve a model of this architecture and weight dtype, else why the runner keeps
     its torch path."""
-    from core.kernels import cpu_layer
+    from core.kernels.cpu import cpu_layer
     if not fast_cfg.kernels:
         return "fused CPU kernels turned off"
     if a.act_id < 0:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from core.pipeline import ASSETS, head_dir, slim_file
+from core.paths import ASSETS
+from core.pipeline import head_dir, slim_file
 
 TAU_COLS = ["head", "method", "shape", "prompt_id", "steps", "tokens", "tau"]
 DISTILL = Path("runs/chunks/distill_prompts.jsonl.gz")
@@ -82,7 +83,7 @@ def train_head(ck, budget: float) -> tuple:
 def train_slim(ck, tcfg, model, budget: float) -> dict:
     """SlimSpec factors for the new head (rank d/8) from its LM-head inputs on the cached data."""
     from core.train import slim as ts
-    from core.spec.eagle import load_head
+    from core.decoding.eagle import load_head
     from core.train.eagle import load_cache
     head = load_head(tcfg.out, model).to(model.device)
     ids, feats = load_cache(tcfg.out)
@@ -118,7 +119,7 @@ def shipped_factors(ck, r: int):
 
 def with_head(pipe, path: Path, slim=None):
     """A copy of `pipe` drafting with the EAGLE head at `path` (and its trained SlimSpec factors)."""
-    from core.spec.eagle import load_eagle_drafter
+    from core.decoding.eagle import load_eagle_drafter
     p = copy.copy(pipe)
     p.drafter = load_eagle_drafter(pipe.target, path, "eager")
     p.draft_name, p._slim, p.lock = "eagle", {}, threading.Lock()
@@ -131,8 +132,8 @@ def with_head(pipe, path: Path, slim=None):
 def measure_tau(ck, heads: dict, deadline: float) -> dict:
     """tau = tokens per verify step (bonus included) per (head, method, shape), prompt by prompt until the deadline."""
     from core.config import SpecConfig
-    from core.atomic import append_csv
-    from core.stats import new_tokens_after_prefill
+    from core.paths import append_csv
+    from core.trace.stats import new_tokens_after_prefill
     shapes = [("full", "tree"), ("full", "chain"), ("slimspec", "tree")]
     tot = {}
     for p in ck.prompts(4 if ck.tiny else None):

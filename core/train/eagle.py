@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.atomic import write_atomic
-from core.spec.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
+from core.paths import write_atomic
+from core.decoding.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
@@ -515,7 +515,7 @@ CARD_MAX_NEW = 64
 
 def eval_prompts(tcfg) -> tuple:
     """(the first tcfg.eval_prompts shipped prompts, round robin over categories; their source)."""
-    from core.prompts import load_prompts
+    from core.experiments.prompts import load_prompts
     ps = load_prompts()
     cats = sorted({p.category for p in ps})
     by = [[p.text for p in ps if p.category == c] for c in cats]
@@ -526,7 +526,7 @@ def eval_prompts(tcfg) -> tuple:
 def card_pipeline(model, tok, head, target_id):
     """A Pipeline drafting with `head` for the target `model` on the eager runner: the engine the card's tau
     comes from."""
-    from core.spec.eagle import EagleDrafter
+    from core.decoding.eagle import EagleDrafter
     from core.pipeline import Pipeline
     from core.runtime.fast import make_runner
     target = make_runner(model, tok, "eager")
@@ -537,7 +537,7 @@ def engine_tau(pipe, prompts, shapes=None, max_new=CARD_MAX_NEW) -> dict:
     """Per draft shape: tau = the engine's mean accepted length (stats.summarize: tokens per verify step, bonus
     included) over every prompt's steps; greedy, method full, context drafting off (the head alone)."""
     from core.config import SpecConfig
-    from core.stats import summarize
+    from core.trace.stats import summarize
     res = {}
     for name, shape in (shapes or CARD_SHAPES).items():
         cfg = SpecConfig(method="full", max_new_tokens=max_new, context="off", **shape).validate()
@@ -578,7 +578,7 @@ def write_card(tcfg, card, acc, path=None):
              f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
              f"head W, fp32 target on the eager runner; {card.get('eval_n', 0)} prompts of {card.get('eval_src', '')} x "
              f"{CARD_MAX_NEW} new tokens)", "",
-             "tau = the engine's mean accepted length (core.stats.summarize: tokens per verify step, bonus included).", "",
+             "tau = the engine's mean accepted length (core.trace.stats.summarize: tokens per verify step, bonus included).", "",
              "| shape | verify steps | tau |", "|---|---|---|"]
     for r in acc.values():
         lines.append(tau_row(r))
@@ -589,7 +589,7 @@ def write_card(tcfg, card, acc, path=None):
 
 def tau_only(tcfg) -> int:
     """Print the card's acceptance table (engine_tau) of the saved head in tcfg.init."""
-    from core.spec.eagle import load_head
+    from core.decoding.eagle import load_head
     from core.errors import SpecError
     if not os.path.isfile(os.path.join(tcfg.init, "eagle.safetensors")):
         raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {tcfg.init!r}")

@@ -15,7 +15,7 @@ import typing
 
 import torch
 
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.errors import SpecError
 
 

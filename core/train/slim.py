@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from core.atomic import write_atomic
+from core.paths import write_atomic
 from core.errors import SpecError
 from core.pipeline import head_dir, slim_file
-from core.spec.heads import svd_factors
+from core.decoding.heads import svd_factors
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
@@ -294,7 +294,7 @@ def load_inputs(a):
     """(W [V, d], h [N, d]): the target's LM head and the EAGLE head's outputs on a.tokens cached inputs."""
     if not is_eagle_dir(a.head):
         return load_model_inputs(a)
-    from core.spec.eagle import load_head
+    from core.decoding.eagle import load_head
     from core.train.eagle import load_cache, load_target
     with open(os.path.join(a.head, "config.json")) as f:
         target_id = json.load(f)["eagle"]["target"]

@@ -1,0 +1,127 @@
+"""Context drafter: continuations of the token history (prompt + emitted), proposed as deterministic
+draft branches that the engine merges into the model's tree (core/decoding/tree.py `merge_context`).
+
+Suffix match with adaptive n: the last n tokens of the history (n = max_n down to 1, longest first) are
+looked up in an incremental index {n-gram -> latest end positions}; what followed them is the proposal.
+Every appended token adds at most max_n keys, so the per-step cost does not grow with the context.
+
+Score: a context token x proposed after a length-n match gets log α_n, where α_n is the running rate at
+which such tokens were the target's next token (prior ALPHA_PRIOR, weight PRIOR_WEIGHT), so context and
+model branches rank by one rule: cumulative log-prob.
+"""
+import math
+from dataclasses import dataclass
+
+ALPHA_PRIOR = {1: 0.25, 2: 0.4, 3: 0.55, 4: 0.65}  # P(next token = proposal | length-n match), before data
+PRIOR_WEIGHT = 4.0
+POSITIONS = 2  # end positions kept per n-gram (latest first): up to 2 distinct continuations per match
+CONFIDENT = 0.5  # α of the best branch at or above which the step drafts from the context alone
+
+
+@dataclass
+class Branch:
+    tokens: list  # proposed continuation of the root
+    logp: list  # calibrated log-prob per token (log α_n)
+    n: int  # length of the suffix match that proposed it
+
+
+class ContextDrafter:
+    def __init__(self, history=(), max_n: int = 4, max_len: int = 8, branches: int = 2, floor: float = 0.1):
+        self.max_n, self.max_len, self.n_branches, self.floor = max_n, max_len, branches, math.log(floor)
+        self.hist, self.ends = [], {}
+        self.reached = {n: 0 for n in range(1, max_n + 1)}
+        self.hits = {n: 0 for n in range(1, max_n + 1)}
+        self.last = []  # the branches proposed at the current step
+        self.switch = None  # ModelSwitch when a model drafter runs beside it in greedy decoding
+        self.append(history)
+
+    def append(self, tokens) -> None:
+        """History ← history ⊕ tokens; index the n-grams whose continuation is now known."""
+        for t in tokens:
+            self.hist.append(int(t))
+            i = len(self.hist) - 2  # n-grams ending at i are followed by hist[i + 1]
+            for n in range(1, min(self.max_n, i + 1) + 1):
+                key = tuple(self.hist[i - n + 1: i + 1])
+                old = self.ends.get(key, ())
+                self.ends[key] = (i,) + old[: POSITIONS - 1]
+
+    def alpha(self, n: int) -> float:
+        a0 = ALPHA_PRIOR.get(n, ALPHA_PRIOR[max(ALPHA_PRIOR)])
+        return (self.hits[n] + a0 * PRIOR_WEIGHT) / (self.reached[n] + PRIOR_WEIGHT)
+
+    def propose(self, max_len: int | None = None) -> list:
+        """Branches continuing the history's suffix: longest match first, latest occurrence first; each cut
+        where its cumulative calibrated log-prob drops below log(floor)."""
+        max_len = self.max_len if max_len is None else max_len
+        out, seen, L = [], set(), len(self.hist) - 1
+        for n in range(min(self.max_n, L + 1), 0, -1):
+            lp = math.log(self.alpha(n))
+            keep = min(max_len, int(self.floor / lp) if lp < 0 else max_len)
+            for e in self.ends.get(tuple(self.hist[L - n + 1:]), ()):
+                cont = tuple(self.hist[e + 1: e + 1 + keep])
+                if cont and cont not in seen and len(out) < self.n_branches:
+                    seen.add(cont)
+                    out.append(Branch(list(cont), [lp] * len(cont), n))
+        self.last = out
+        return out
+
+    def use_model(self, branches) -> bool:
+        """Whether this step also drafts a model tree (ModelSwitch where set, else `confident`)."""
+        return self.switch.use_model(self, branches) if self.switch is not None else not self.confident(branches)
+
+    def confident(self, branches) -> bool:
+        """When the best branch's first token is at least as likely as not, a model tree would mostly
+        re-propose it (used where timing must not steer the tree: sampling, reproducible by seed)."""
+        return bool(branches) and branches[0].logp[0] >= math.log(CONFIDENT)
+
+    def expected(self, branch: Branch | None) -> float:
+        """E[accepted tokens] of a branch: Σ_k Π_{j≤k} α (the sum of its cumulative probabilities)."""
+        out, c = 0.0, 0.0
+        for lp in branch.logp if branch else []:
+            c += lp
+            out += math.exp(c)
+        return out
+
+    def update(self, emitted) -> None:
+        """After a verify: calibrate α_n on the step's branches against the target's tokens, then extend
+        the history. A branch token counts as reached when every token before it matched."""
+        for b in self.last:
+            for x, y in zip(b.tokens, emitted):
+                self.reached[b.n] += 1
+                if x != y:
+                    break
+                self.hits[b.n] += 1
+        self.last = []
+        self.append(emitted)
+
+
+class ModelSwitch:
+    """Greedy, per step (as SAM-Decoding switches on the suffix match): draft with the model as well only when
+    the expected tokens per ms say so, from the measured mean step time with the model's tree (T_m) and
+    without it (T_c), both verify rows and bookkeeping included:
+        (1 + E_ctx + a_m (1 − α_1)) / T_m  >  (1 + E_ctx) / T_c
+    E_ctx: expected accepted tokens of the best context branch; α_1: its first token's probability; a_m: model
+    tokens accepted per model-drafted step. The first WARM steps of each kind measure; afterwards the other
+    choice is explored every EXPLORE-th step while the two sides are within CLOSE of each other, and every
+    EXPLORE * FAR-th step when one side clearly wins, so a model that never pays costs little."""
+    WARM, EXPLORE, FAR, CLOSE = 3, 8, 4, 1.25
+
+    def __init__(self):
+        self.steps, self.n, self.ms, self.model_tokens = 0, [0, 0], [0.0, 0.0], 0
+
+    def use_model(self, ctx: ContextDrafter, branches) -> bool:
+        self.steps += 1
+        if min(self.n) < self.WARM:
+            return self.n[1] < self.WARM
+        b = branches[0] if branches else None
+        e_ctx, alpha1 = ctx.expected(b), math.exp(b.logp[0]) if b else 0.0
+        gain = self.model_tokens / self.n[1] * (1 - alpha1)
+        t_m, t_c = self.ms[1] / self.n[1], self.ms[0] / self.n[0]
+        ratio = (1 + e_ctx + gain) * t_c / ((1 + e_ctx) * t_m)  # tokens per ms with the model / without it
+        period = self.EXPLORE if 1 / self.CLOSE < ratio < self.CLOSE else self.EXPLORE * self.FAR
+        return (ratio > 1) != (self.steps % period == 0)
+
+    def observe(self, drafted: bool, step_ms: float, model_tokens: int) -> None:
+        self.n[drafted] += 1
+        self.ms[drafted] += step_ms
+        self.model_tokens += model_tokens if drafted else 0

@@ -1,0 +1,403 @@
+/* The fast runtime's per-layer elementwise work, fused: one C call where the torch path makes ~10 ops.
+ *
+ * Built by core/kernels/cpu/cpu_layer.py (gcc -O3 -march=native), called through ctypes on raw pointers.
+ * The GEMMs stay in torch (oneDNN / BLAS); these kernels do everything between them:
+ *   rms_cast   h = rms(x) * w                                  -> the next GEMM's input
+ *   add_rms    x += o (gemma: x += rms(o) * ws); h = rms(x) * w
+ *   act_mul    a = act(g) * u, [g | u] = gu                     (silu or gelu-tanh)
+ *   attend     bias, q/k norms, rope, k/v -> cache, attention  [n, (H+2K)*hd] -> [n, H*hd]
+ * and one GEMM of its own, for a draft model's int4 weights (int4_mm, AVX512-VNNI; int4_ok says if it is built).
+ * Activations are fp32; GEMM inputs and outputs are bf16 (ob / ib = 1) or fp32.
+ * Every row is computed on its own, and attention sums over the *visible* keys only (bias > -inf), in
+ * key order: a token's result does not depend on how many rows share the pass nor on masked gaps in the
+ * cache, so tree verification reproduces one-token decoding bit for bit (given row-stable GEMMs).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 16
+
+static inline float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f2bf(float f) { /* round to nearest even, as torch */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void load_row(const void *src, int ib, int64_t off, int64_t m, float *dst) {
+    if (ib) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < m; i++) dst[i] = bf2f(s[i]);
+    } else {
+        memcpy(dst, (const float *)src + off, m * sizeof(float));
+    }
+}
+
+static void store_row(void *dst, int ob, int64_t off, int64_t m, const float *src) {
+    if (ob) {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t i = 0; i < m; i++) d[i] = f2bf(src[i]);
+    } else {
+        memcpy((float *)dst + off, src, m * sizeof(float));
+    }
+}
+
+/* the total of LANES partial sums, halved pairwise (a fixed order); acc is consumed */
+static inline float lanes_total(float *acc) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+/* sum of a[i] * b[i] in LANES partial sums (vectorised, fixed order) */
+static inline float dot(const float *a, const float *b, int64_t m) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= m; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < m; i++, l++) acc[l] += a[i] * b[i];
+    return lanes_total(acc);
+}
+
+/* y = x * rsqrt(mean(x^2) + eps) * w, in place allowed */
+static void rms_row(const float *x, const float *w, float eps, int64_t m, float *y) {
+    float r = 1.0f / sqrtf(dot(x, x, m) / (float)m + eps);
+    for (int64_t i = 0; i < m; i++) y[i] = x[i] * r * w[i];
+}
+
+/* x <- e^x in place: 2^k * p(r), |r| <= ln2/2, ~1 ulp, x clamped to [-87, 88]; vectorisable */
+static void exp_inplace(float *x, int64_t m) {
+    for (int64_t i = 0; i < m; i++) {
+        float v = x[i] < -87.0f ? -87.0f : (x[i] > 88.0f ? 88.0f : x[i]);
+        float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round(v / ln2): 1.5 * 2^23 trick */
+        float r = v - k * 0.693145751953125f - k * 1.428606765330187e-06f;
+        float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667163e-1f + r * (4.1666645557e-2f +
+                  r * (8.3333337680e-3f + r * (1.3888889225e-3f + r * 1.9841270114e-4f))))));
+        int32_t e = ((int32_t)k + 127) << 23;
+        float s;
+        memcpy(&s, &e, 4);
+        x[i] = p * s;
+    }
+}
+
+void rms_cast(const float *x, const float *w, float eps, int64_t n, int64_t d, void *out, int ob) {
+    float *h = malloc(d * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        rms_row(x + i * d, w, eps, d, h);
+        store_row(out, ob, i * d, d, h);
+    }
+    free(h);
+}
+
+void add_rms(float *x, const void *o, int ib, const float *ws, const float *w, float eps,
+             int64_t n, int64_t d, void *out, int ob) {
+    float *t = malloc(d * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        float *xi = x + i * d;
+        load_row(o, ib, i * d, d, t);
+        if (ws) rms_row(t, ws, eps, d, t);
+        for (int64_t j = 0; j < d; j++) xi[j] += t[j];
+        if (w) {
+            rms_row(xi, w, eps, d, t);
+            store_row(out, ob, i * d, d, t);
+        }
+    }
+    free(t);
+}
+
+void act_mul(const void *gu, int ib, int64_t n, int64_t f, int act, void *out, int ob) {
+    float *g = malloc(3 * f * sizeof(float)), *e = g + 2 * f;
+    for (int64_t i = 0; i < n; i++) {
+        load_row(gu, ib, i * 2 * f, 2 * f, g);
+        if (act == 0) {  /* silu(a) = a / (1 + e^-a) */
+            for (int64_t j = 0; j < f; j++) e[j] = -g[j];
+            exp_inplace(e, f);
+            for (int64_t j = 0; j < f; j++) g[j] = g[j] / (1.0f + e[j]) * g[f + j];
+        } else {  /* gelu-tanh(a) = a / 2 (1 + tanh(y)) = a (1 - 1 / (e^2y + 1)), y = sqrt(2/pi) (a + 0.044715 a^3) */
+            for (int64_t j = 0; j < f; j++) e[j] = 1.5957691216057308f * (g[j] + 0.044715f * g[j] * g[j] * g[j]);
+            exp_inplace(e, f);
+            for (int64_t j = 0; j < f; j++) g[j] = g[j] * (1.0f - 1.0f / (e[j] + 1.0f)) * g[f + j];
+        }
+        store_row(out, ob, i * f, f, g);
+    }
+    free(g);
+}
+
+/* y = x * cos + roll(x, hd/2) * sin_s  (sin_s sign-folded: rotate_half) */
+static void rope_row(float *x, const float *cos, const float *sin, int64_t hd, float *tmp) {
+    int64_t half = hd / 2;
+    for (int64_t j = 0; j < hd; j++) tmp[j] = x[j] * cos[j] + x[j < half ? j + half : j - half] * sin[j];
+    memcpy(x, tmp, hd * sizeof(float));
+}
+
+#define ROWS 16  /* query rows per attention block: scores [ROWS * G, S] */
+#define KB 64  /* keys per block: a [hd, KB] slice of K^T or a [KB, hd] slice of V stays in L1 for every query */
+
+typedef float v16 __attribute__((vector_size(64)));  /* gcc/clang vector extension: 16 floats, in registers */
+
+static inline v16 ld16(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+
+#define QB 4  /* queries per micro-kernel call: 4 x 4 accumulators of 16 floats */
+#define FMA4(a, s, k) a##0 += (s) * k##0, a##1 += (s) * k##1, a##2 += (s) * k##2, a##3 += (s) * k##3
+#define LD4(k, p, st) v16 k##0 = ld16(p), k##1 = ld16((p) + (st)), k##2 = ld16((p) + 2 * (st)), k##3 = ld16((p) + 3 * (st))
+#define ST4(p, a) st16(p, a##0), st16((p) + 16, a##1), st16((p) + 32, a##2), st16((p) + 48, a##3)
+
+/* out[r * KB + l] = sum_d x_r[d] k[d * ld + l], l < KB, r < QB: one multiply-add chain over d in order per
+ * score, the same code for every key and query */
+static inline void block_scores(const float *const *x, const float *k, int64_t ld, int64_t hd, float *out) {
+    v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];
+    for (int64_t d = 0; d < hd; d++) {
+        LD4(k, k + d * ld, 16);
+        FMA4(a, x0[d], k), FMA4(b, x1[d], k), FMA4(c, x2[d], k), FMA4(e, x3[d], k);
+    }
+    ST4(out, a), ST4(out + KB, b), ST4(out + 2 * KB, c), ST4(out + 3 * KB, e);
+}
+
+/* p_r[j] = sum_d q_r[d] kt[d][j], j < S, for the queries q_r (nq a multiple of QB; kt: one kv head's keys
+ * transposed, [hd, ld]). A last partial block of keys is zero-padded into pad [hd, KB], so every score comes
+ * from the same code whatever block its key falls in. */
+static void scores(const float *const *q, float *const *p, int64_t nq, const float *kt, int64_t ld, int64_t S,
+                   int64_t hd, float *pad) {
+    float acc[QB * KB];
+    for (int64_t j0 = 0; j0 < S; j0 += KB) {
+        int64_t nb = S - j0 < KB ? S - j0 : KB;
+        const float *k = kt + j0;
+        int64_t kld = ld;
+        if (nb < KB) {
+            memset(pad, 0, hd * KB * sizeof(float));
+            for (int64_t d = 0; d < hd; d++) memcpy(pad + d * KB, kt + d * ld + j0, nb * sizeof(float));
+            k = pad, kld = KB;
+        }
+        for (int64_t r = 0; r < nq; r += QB) {
+            block_scores(q + r, k, kld, hd, acc);
+            for (int64_t u = 0; u < QB; u++) memcpy(p[r + u] + j0, acc + u * KB, nb * sizeof(float));
+        }
+    }
+}
+
+/* vis <- the keys j < S with b[j] > -inf, in order; returns how many */
+static int64_t visible(const float *b, int64_t S, int32_t *vis) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < S; j++)
+        if (b[j] > -INFINITY) vis[m++] = (int32_t)j;
+    return m;
+}
+
+/* p <- softmax(scale * p + b) over the m visible keys vis (the others get exactly 0). The sum runs over the
+ * visible keys in LANES lanes by their rank among them: the same for a key set wherever its keys sit in the cache. */
+static void softmax_visible(float *p, const float *b, const int32_t *vis, int64_t m, float scale, int64_t S) {
+    float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int64_t j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? scale * p[j] + b[j] : -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= S; j += 8)
+        for (int l = 0; l < 8; l++) m8[l] = p[j + l] > m8[l] ? p[j + l] : m8[l];
+    for (; j < S; j++) m8[0] = p[j] > m8[0] ? p[j] : m8[0];
+    float mx = m8[0];
+    for (int l = 1; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+    for (j = 0; j < S; j++) p[j] -= mx;
+    exp_inplace(p, S);
+    for (j = 0; j < S; j++) p[j] = b[j] > -INFINITY ? p[j] : 0.0f;
+    float acc[LANES] = {0};
+    int64_t t = 0;
+    for (; t + LANES <= m; t += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += p[vis[t + l]];
+    for (int l = 0; t < m; t++, l++) acc[l] += p[vis[t]];
+    float sum = lanes_total(acc);
+    for (j = 0; j < S; j++) p[j] /= sum;
+}
+
+/* o_r[d] += sum_{j < nb} p_r[j] v[j * hd + d], r < QB (hd a multiple of 16): one multiply-add chain over j in
+ * order per output */
+static inline void block_weighted(const float *const *p, const float *v, int64_t nb, int64_t hd, float *const *o) {
+    const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];
+    float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    int64_t d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        LD4(a, o0 + d, 16);
+        LD4(b, o1 + d, 16);
+        LD4(c, o2 + d, 16);
+        LD4(e, o3 + d, 16);
+        for (int64_t j = 0; j < nb; j++) {
+            LD4(w, v + j * hd + d, 16);
+            FMA4(a, p0[j], w), FMA4(b, p1[j], w), FMA4(c, p2[j], w), FMA4(e, p3[j], w);
+        }
+        ST4(o0 + d, a), ST4(o1 + d, b), ST4(o2 + d, c), ST4(o3 + d, e);
+    }
+    for (; d < hd; d += 16) {
+        v16 a = ld16(o0 + d), b = ld16(o1 + d), c = ld16(o2 + d), e = ld16(o3 + d);
+        for (int64_t j = 0; j < nb; j++) {
+            v16 w = ld16(v + j * hd + d);
+            a += p0[j] * w, b += p1[j] * w, c += p2[j] * w, e += p3[j] * w;
+        }
+        st16(o0 + d, a), st16(o1 + d, b), st16(o2 + d, c), st16(o3 + d, e);
+    }
+}
+
+/* o_r += p_r v for the rows r < nq (a multiple of QB; v: one kv head's values, [S, hd]), KB keys at a time;
+ * masked keys add p = 0 exactly. */
+static void weighted_sum(const float *const *p, float *const *o, int64_t nq, const float *v, int64_t S, int64_t hd) {
+    for (int64_t j0 = 0; j0 < S; j0 += KB) {
+        int64_t nb = S - j0 < KB ? S - j0 : KB;
+        for (int64_t r = 0; r < nq; r += QB) {
+            const float *pj[QB];
+            for (int u = 0; u < QB; u++) pj[u] = p[r + u] + j0;
+            block_weighted(pj, v + j0 * hd, nb, hd, o + r);
+        }
+    }
+}
+
+/* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
+ * k, v of row i -> kt[c][:, start + i], v[c][start + i] (this layer's caches: kt [K, hd, max_len], v [K, max_len, hd]);
+ * out[i] = softmax(scale * q k^T + bias[i]) v over cache rows [0, start + n) with bias > -inf. */
+void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const float *kn, float eps,
+            const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
+            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob) {
+    int64_t width = (H + 2 * K) * hd, S = start + n, G = H / K;
+    float *q = malloc((n * width + 2 * hd + ROWS * H * hd + ROWS * G * S + hd * KB + S) * sizeof(float));
+    float *tmp = q + n * width, *spare_o = tmp + hd, *o = spare_o + hd, *p = o + ROWS * H * hd, *pad = p + ROWS * G * S;
+    float *spare_p = pad + hd * KB;
+    const float *qs[ROWS * H + QB];
+    float *ps[ROWS * H + QB], *os[ROWS * H + QB];
+    int32_t *vis = malloc(ROWS * S * sizeof(int32_t));
+    int64_t nvis[ROWS];
+    for (int64_t i = 0; i < n; i++) {  /* every new row's q, k, v; k, v into the caches */
+        float *r = q + i * width;
+        load_row(qkv, ib, i * width, width, r);
+        if (bqkv) for (int64_t j = 0; j < width; j++) r[j] += bqkv[j];
+        for (int64_t h = 0; h < H + K; h++) {
+            float *x = r + h * hd;
+            if (h < H && qn) rms_row(x, qn, eps, hd, x);
+            if (h >= H && kn) rms_row(x, kn, eps, hd, x);
+            rope_row(x, cos + i * hd, sin + i * hd, hd, tmp);
+        }
+        for (int64_t c = 0; c < K; c++) {
+            for (int64_t d = 0; d < hd; d++) kt[(c * hd + d) * max_len + start + i] = r[(H + c) * hd + d];
+            memcpy(v + (c * max_len + start + i) * hd, r + (H + K + c) * hd, hd * sizeof(float));
+        }
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += ROWS) {  /* ROWS rows at a time: per kv head, their G query heads each */
+        int64_t nr = n - i0 < ROWS ? n - i0 : ROWS;
+        memset(o, 0, nr * H * hd * sizeof(float));
+        int64_t Sb = 0;  /* keys [Sb, S) are masked for every row of the block (a causal prefill's future) */
+        for (int64_t i = 0; i < nr; i++) {
+            nvis[i] = visible(bias + (i0 + i) * S, S, vis + i * S);
+            if (nvis[i] > 0 && vis[i * S + nvis[i] - 1] + 1 > Sb) Sb = vis[i * S + nvis[i] - 1] + 1;
+        }
+        int64_t nq = nr * G, nqp = (nq + QB - 1) / QB * QB;
+        for (int64_t c = 0; c < K; c++) {  /* the nr rows x G query heads of kv head c, padded to QB */
+            for (int64_t r = 0; r < nqp; r++) {
+                int64_t u = r < nq ? r : nq - 1, h = c * G + u % G;
+                qs[r] = q + (i0 + u / G) * width + h * hd;
+                ps[r] = r < nq ? p + r * S : spare_p;
+                os[r] = r < nq ? o + (u / G) * H * hd + h * hd : spare_o;
+            }
+            scores(qs, ps, nqp, kt + c * hd * max_len, max_len, Sb, hd, pad);  /* [nq, hd] @ [hd, Sb] */
+            for (int64_t r = 0; r < nq; r++)
+                softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, Sb);
+            weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, Sb, hd);  /* [nq, Sb] @ [Sb, hd] */
+        }
+        for (int64_t i = 0; i < nr; i++) store_row(out, ob, (i0 + i) * H * hd, H * hd, o + i * H * hd);
+    }
+    free(q);
+    free(vis);
+}
+
+
+/* ---------------------------------------------------------------- int4 draft weights
+ * int4_mm: int4 weights × dynamic-int8 activations, for a draft model's few rows (2 threads, OpenMP).
+ * Weights: per output row n, groups of 64 inputs, w ≈ q · scale[n, g] + lo[n, g], q in 0..15, two groups per 64
+ * bytes: byte j of pair p holds q[128p + j] (low nibble) and q[128p + 64 + j] (high nibble).
+ * Activations: each row x[m] is rounded to int8 with one scale xs[m] = max|x[m]| / 127, so
+ *   y[m, n] = xs[m] · Σ_g scale[n, g] · Σ_{k∈g} q[n, k] xq[m, k]  +  Σ_g lo[n, g] · Σ_{k∈g} x[m, k]
+ * with the integer sums on vpdpbusd (u8 × s8 → s32). Draft rows need not be bit-stable: only the target verifies.
+ */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+int int4_ok(void) { return 1; }
+
+#define MAXM 8  /* rows per call (the runtime sends at most QUANT_ROWS) */
+#ifndef INT4_AHEAD
+#define INT4_AHEAD 1024
+#endif
+
+static void quant_rows(const float *x, int m, int k, int8_t *xq, float *xs, float *xsum) {
+    int groups = k / 64;
+    for (int i = 0; i < m; i++) {
+        const float *r = x + (size_t)i * k;
+        float amax = 0.f;
+        for (int j = 0; j < k; j++) amax = fmaxf(amax, fabsf(r[j]));
+        float s = amax > 0.f ? amax / 127.f : 1.f, inv = 1.f / s;
+        xs[i] = s;
+        for (int j = 0; j < k; j++) xq[(size_t)i * k + j] = (int8_t)lrintf(r[j] * inv);
+        for (int g = 0; g < groups; g++) {
+            float t = 0.f;
+            for (int j = 0; j < 64; j++) t += r[g * 64 + j];
+            xsum[i * groups + g] = t;
+        }
+    }
+}
+
+void int4_mm(const float *x, int m, int k, const uint8_t *q, const float *scale, const float *lo, int n,
+             float *y, int threads) {
+    int groups = k / 64, pairs = k / 128;
+    int8_t *xq = malloc((size_t)m * k);
+    float xs[MAXM], *xsum = malloc(sizeof(float) * m * groups);
+    quant_rows(x, m, k, xq, xs, xsum);
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int j = 0; j < n; j++) {
+        const uint8_t *wr = q + (size_t)j * (k / 2);
+        const float *sr = scale + (size_t)j * groups, *lr = lo + (size_t)j * groups;
+        __m512 acc[MAXM];
+        for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
+        for (int p = 0; p < pairs; p++) {
+            _mm_prefetch((const char *)(wr + p * 64) + INT4_AHEAD, _MM_HINT_T0);  /* one thread alone streams too few misses */
+            __m512i v = _mm512_loadu_si512(wr + p * 64);
+            __m512i a = _mm512_and_si512(v, nib), b = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+            __m512 sa = _mm512_set1_ps(sr[2 * p]), sb = _mm512_set1_ps(sr[2 * p + 1]);
+            for (int i = 0; i < m; i++) {
+                const int8_t *xr = xq + (size_t)i * k + p * 128;
+                __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, _mm512_loadu_si512(xr));
+                __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, _mm512_loadu_si512(xr + 64));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(da), sa, acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(db), sb, acc[i]);
+            }
+        }
+        for (int i = 0; i < m; i++) {
+            __m512 t = _mm512_setzero_ps();
+            for (int g = 0; g < groups; g += 16) {
+                __mmask16 mk = groups - g >= 16 ? 0xffff : (__mmask16)((1u << (groups - g)) - 1);
+                t = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, lr + g), _mm512_maskz_loadu_ps(mk, xsum + i * groups + g), t);
+            }
+            acc[i] = _mm512_fmadd_ps(acc[i], _mm512_set1_ps(xs[i]), t);
+            y[(size_t)i * n + j] = _mm512_reduce_add_ps(acc[i]);
+        }
+    }
+    free(xq);
+    free(xsum);
+}
+
+#else
+int int4_ok(void) { return 0; }
+void int4_mm(const float *x, int m, int k, const uint8_t *q, const float *scale, const float *lo, int n, float *y,
+             int threads) { (void)x; (void)m; (void)k; (void)q; (void)scale; (void)lo; (void)n; (void)y; (void)threads; }
+#endif

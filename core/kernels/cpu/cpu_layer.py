@@ -1,0 +1,172 @@
+"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
+cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
+(core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
+model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
+holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py).
+
+`lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
+SPECLENS_CPU_KERNELS=0 turns them off.
+"""
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c")]
+ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
+P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+SIGNATURES = {
+    "rms_cast": [P, P, F, I, I, P, ctypes.c_int],
+    "add_rms": [P, P, ctypes.c_int, P, P, F, I, I, P, ctypes.c_int],
+    "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
+    "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
+    "int4_mm": [P, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
+    "codes_mm": [P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
+    "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
+}
+INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
+_why = []
+
+
+def cache_dir() -> Path:
+    from core.paths import cache_root
+    return cache_root() / "kernels"
+
+
+def cpu_id() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "".join(next((line for line in lines if line.startswith(k)), "") for k in ("model name", "flags"))
+    except OSError:
+        return platform.processor()
+
+
+def build(cc: str = "cc") -> Path:
+    """Compile SOURCES (cpu_layer.c, gguf_mm.c) for this CPU (-march=native) into one library in the cache; the
+    cached .so when it exists."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + version.encode() + cpu_id().encode()).hexdigest()[:16]
+    out = cache_dir() / f"cpu_layer-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            so = Path(tmp) / out.name
+            compile_so(cc, so)
+            os.replace(so, out)
+    return out
+
+
+def compile_so(cc: str, so: Path) -> None:
+    """-O3 -march=native, with OpenMP for int4_mm's and codes_mm's threads; without it (one thread) where the
+    compiler has none."""
+    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, SOURCES), "-lm"]
+    try:
+        subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)
+    except subprocess.CalledProcessError:
+        subprocess.run(base, check=True, capture_output=True, timeout=120)
+
+
+@functools.cache
+def lib():
+    """The loaded library, or None (reason in `why_not()`)."""
+    if os.environ.get("SPECLENS_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
+        _why.append("turned off by SPECLENS_CPU_KERNELS=0")
+        return None
+    try:
+        so = ctypes.CDLL(str(build()))
+    except (OSError, subprocess.SubprocessError) as err:
+        _why.append(f"no C compiler could build the fused CPU kernels ({type(err).__name__})")
+        return None
+    for name, args in SIGNATURES.items():
+        getattr(so, name).argtypes, getattr(so, name).restype = args, None
+    for name in ("int4_ok", "codes_ok"):
+        getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
+    return so
+
+
+def why_not() -> str:
+    return _why[-1] if _why else ""
+
+
+def ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def is_bf16(t) -> int:
+    return int(t.dtype == torch.bfloat16)
+
+
+def rms_cast(x, w, eps: float, dtype):
+    """rms(x) * w as `dtype` (x fp32 [n, d])."""
+    out = torch.empty(x.shape, dtype=dtype)
+    lib().rms_cast(x.data_ptr(), w.data_ptr(), eps, x.shape[0], x.shape[1], out.data_ptr(), is_bf16(out))
+    return out
+
+
+def add_rms(x, o, ws, w, eps: float, dtype):
+    """x += o (ws: x += rms(o) * ws), in place; returns rms(x) * w as `dtype` (None when w is None)."""
+    out = None if w is None else torch.empty(x.shape, dtype=dtype)
+    lib().add_rms(x.data_ptr(), o.data_ptr(), is_bf16(o), ptr(ws), ptr(w), eps, x.shape[0], x.shape[1],
+                  ptr(out), 0 if out is None else is_bf16(out))
+    return out
+
+
+def act_mul(gu, act: int, dtype):
+    """act(g) * u for gu = [g | u] [n, 2f] -> [n, f] as `dtype`."""
+    n, f = gu.shape[0], gu.shape[1] // 2
+    out = torch.empty(n, f, dtype=dtype)
+    lib().act_mul(gu.data_ptr(), is_bf16(gu), n, f, act, out.data_ptr(), is_bf16(out))
+    return out
+
+
+def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, dtype):
+    """qkv [n, (H+2K)*hd] -> attention output [n, H*hd] as `dtype`; writes keys into kt [K, hd, max_len] columns
+    and values into v [K, max_len, hd] rows [start, start + n). cos, sin [n, hd]; bias [n, start + n] additive
+    (0 / -inf)."""
+    n = qkv.shape[0]
+    out = torch.empty(n, a.n_heads * a.hd, dtype=dtype)
+    lib().attend(qkv.data_ptr(), is_bf16(qkv), ptr(bqkv), ptr(qn), ptr(kn), eps, cos.data_ptr(), sin.data_ptr(),
+                 kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
+                 out.data_ptr(), is_bf16(out))
+    return out
+
+
+def int4_available() -> bool:
+    """Whether int4_mm is built here (the library loads and the CPU has AVX512-VNNI)."""
+    return lib() is not None and bool(lib().int4_ok())
+
+
+def pack_int4(codes, group: int = 64):
+    """codes [out, in] in 0..15 -> two 4-bit codes per byte [out, in / 2] uint8 in int4_mm's layout: per pair of
+    groups, the low nibbles hold one group and the high nibbles the next."""
+    out, k = codes.shape
+    q = codes.to(torch.uint8).view(out, k // (2 * group), 2, group)
+    return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2)
+
+
+INT4_MAX_ROWS = 8  # MAXM in cpu_layer.c: the kernel's per-row arrays live on its stack
+
+
+def int4_mm(x, q, scale, lo):
+    """x [n, in] @ the int4 matrix^T -> fp32 [n, out] (n ≤ INT4_MAX_ROWS, in a multiple of 128)."""
+    if not 1 <= x.shape[0] <= INT4_MAX_ROWS or x.shape[1] % 128 or q.shape[1] * 2 != x.shape[1]:
+        raise ValueError(f"int4_mm: x [{x.shape[0]}, {x.shape[1]}] needs 1..{INT4_MAX_ROWS} rows and an input size "
+                         f"that is a multiple of 128 matching the packed matrix's {q.shape[1] * 2}")
+    x = x.float().contiguous()
+    y = torch.empty(x.shape[0], q.shape[0])
+    lib().int4_mm(x.data_ptr(), x.shape[0], x.shape[1], q.data_ptr(), scale.data_ptr(), lo.data_ptr(), q.shape[0],
+                  y.data_ptr(), torch.get_num_threads())
+    return y
+
+
+@functools.cache
+def amx_ok() -> bool:
+    """Whether the AMX kernels (gguf_mm.c) run here: built with AMX-BF16 and Linux granted this process the tile
+    state (asked once; they need it)."""
+    return lib() is not None and bool(lib().codes_ok())
