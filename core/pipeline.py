@@ -15,7 +15,8 @@ from core.errors import SpecError
 from core.decoding.heads import build_head, svd_factors, uses_factors
 from core.paths import ASSETS
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
-from core.runtime.fast import FastConfig, make_runner
+from core.runtime.config import FastConfig
+from core.runtime.fast import make_runner
 
 _LOADED = {}
 _LOAD_LOCK = threading.Lock()
@@ -31,7 +32,7 @@ def inference_dtype(device=None, runtime="auto") -> torch.dtype:
         return torch.bfloat16
     if runtime == "eager":
         return torch.float32
-    from core.runtime.fast import packed_ok
+    from core.runtime.weights import packed_ok
     return torch.bfloat16 if packed_ok() else torch.float32
 
 
@@ -75,7 +76,7 @@ def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto
     if draft == "context":  # prompt lookup alone (core/decoding/context.py): no draft model, no draft head
         return None, "context"
     if draft == "eagle":
-        from core.decoding.eagle import load_eagle_drafter
+        from core.decoding.eagle_io import load_eagle_drafter
         # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
         return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)

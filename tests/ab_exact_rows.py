@@ -1,7 +1,7 @@
 """Run as `PYTHONPATH=. python tests/ab_exact_rows.py [tokens]`. A/B in one process: plain greedy decoding (method ar, default dtype) with the exact row padding vs without."""
 import sys
 import torch
-import core.runtime.fast as rt
+import core.runtime.weights as rt
 from core.pipeline import Pipeline
 from core.config import SpecConfig
 from core.experiments.prompts import example_prompts

@@ -4,14 +4,16 @@ import torch
 import torch.nn.functional as F
 
 from core.runtime import fast as rt
+from core.runtime.config import Arch
+from core.runtime.weights import int4_codes, quantize
 from core.kernels.cpu import cpu_layer
 
 pytestmark = pytest.mark.skipif(cpu_layer.lib() is None, reason=f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
 TOL = dict(atol=2e-6, rtol=2e-6)
 
 
-def arch(qk_norm=False, H=4, K=2, hd=16) -> rt.Arch:
-    return rt.Arch(1, H * hd, H, K, hd, 32, 1e-6, hd ** -0.5, False, qk_norm, False, 1.0, 0.0, None, 0)
+def arch(qk_norm=False, H=4, K=2, hd=16) -> Arch:
+    return Arch(1, H * hd, H, K, hd, 32, 1e-6, hd ** -0.5, False, qk_norm, False, 1.0, 0.0, None, 0)
 
 
 def tree_bias(parents, C: int) -> torch.Tensor:
@@ -136,7 +138,7 @@ def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
 @pytest.mark.parametrize("rows", [1, 2, 6])
 def test_int4_product_matches_its_dequantized_matrix_up_to_int8_activations(rows):
     w, x = rand(160, 384, seed=1), rand(rows, 384, seed=2)
-    codes, scale, lo = rt.int4_codes(w)
+    codes, scale, lo = int4_codes(w)
     q = cpu_layer.pack_int4(codes)
     pairs = q.view(160, 3, 64)  # byte j of a pair: input j of its 1st group (low nibble), of its 2nd (high)
     codes = torch.stack([pairs & 15, pairs >> 4], 2).view(160, 6, 64).float()
@@ -156,5 +158,5 @@ def test_int4_product_refuses_shapes_its_kernel_cannot_hold(rows, k):
 
 @pytest.mark.skipif(not cpu_layer.int4_available(), reason="no AVX512-VNNI: int4 draft weights use torch's kernel")
 def test_the_runtime_quantizes_int4_for_its_own_kernel_where_it_is_built():
-    assert rt.quantize(rand(64, 256).bfloat16(), "int4")[:2] == ("int4", "vnni")
-    assert rt.quantize(rand(64, 192).bfloat16(), "int4")[:2] == ("int4", "torch")  # in not a multiple of 128
+    assert quantize(rand(64, 256).bfloat16(), "int4")[:2] == ("int4", "vnni")
+    assert quantize(rand(64, 192).bfloat16(), "int4")[:2] == ("int4", "torch")  # in not a multiple of 128

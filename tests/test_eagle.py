@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_head, load_official_state_dict, save_head
+from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+from core.decoding.eagle_io import load_head, load_official_state_dict, save_head
 from core.experiments.tiny import tiny_model
 
 
@@ -73,7 +74,7 @@ def test_drafter_shapes_and_tree_mask():
 
 
 def test_eagle3_state_dict_loads_and_runs():
-    from core.decoding.eagle import load_eagle3_state_dict
+    from core.decoding.eagle_io import load_eagle3_state_dict
     model, _ = tiny()
     c, d, Vd = model.config, 64, 100
     hd = d // c.num_attention_heads

@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from core.cli import dispatch
-from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target, load_official, save_official
+from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+from core.decoding.eagle_io import load_official, save_official
 from core.errors import SpecError
 from core.experiments.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
                          token_map, write_map)

@@ -163,7 +163,7 @@ def gguf_qwen2(path, vocab: int = 304, layers: int = 2):
 
 def on_codes(runner) -> list:
     """Which of the runner's products run on codes: the head's, then each layer's four."""
-    from core.runtime.fast import MATRICES
+    from core.runtime.weights import MATRICES
     return [runner.head_t.codes is not None] + [w[k].codes is not None for w in runner.layers for k in MATRICES]
 
 
@@ -191,7 +191,8 @@ def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_gre
 
 @needs_amx
 def test_codes_are_packed_once_and_their_products_agree_with_onednns(tmp_path):
-    from core.runtime.fast import FastConfig, FastRunner
+    from core.runtime.config import FastConfig
+    from core.runtime.fast import FastRunner
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
     ids, pos = torch.tensor([5, 17, 250, 3]), torch.arange(4)
     on, off = FastRunner(target), FastRunner(target, fast_cfg=FastConfig(codes=False))

@@ -30,10 +30,10 @@ def test_slim_init_is_validated():
 
 def test_inference_dtype_is_bf16_only_where_the_fast_runtime_runs_bf16_products(monkeypatch):
     from core.pipeline import inference_dtype
-    monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: True)
+    monkeypatch.setattr("core.runtime.weights.packed_ok", lambda: True)
     assert inference_dtype("cpu") == torch.bfloat16
     assert inference_dtype("cpu", runtime="eager") == torch.float32
-    monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: False)
+    monkeypatch.setattr("core.runtime.weights.packed_ok", lambda: False)
     assert inference_dtype("cpu") == torch.float32
 
 

@@ -5,7 +5,9 @@ import torch
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir
 from core.experiments.tiny import tiny_model
-from core.runtime.fast import FastConfig, FastRunner, make_runner, packed_ok
+from core.runtime.config import FastConfig
+from core.runtime.fast import FastRunner, make_runner
+from core.runtime.weights import packed_ok
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 ATOL = 1e-4
@@ -265,7 +267,7 @@ def test_packed_bf16_rows_do_not_depend_on_the_pass_size(n):
 def test_packed_bf16_products_give_each_row_the_same_bits_whatever_the_row_count(out, k):
     """Real models' shapes (SmolLM2's and Qwen2.5's down projections): oneDNN may choose its kernel, and so
     its summation order, by the row count; mm pads short products so that it cannot."""
-    from core.runtime.fast import forms, mm
+    from core.runtime.weights import forms, mm
     g = torch.Generator().manual_seed(k)
     w = forms(torch.randn(k, out, generator=g).bfloat16(), FastConfig(layout="packed"))
     x = torch.randn(33, k, generator=g)
@@ -297,7 +299,7 @@ def test_packed_bf16_tree_paths_equal_decoding_them_one_by_one():
 
 
 def test_bf16_without_packing_falls_back_to_the_plain_layouts(monkeypatch):
-    monkeypatch.setattr("core.runtime.fast.packed_ok", lambda: False)
+    monkeypatch.setattr("core.runtime.weights.packed_ok", lambda: False)
     model = tiny_variant("llama").to(torch.bfloat16)
     runner = make_runner(model, None, "auto", FastConfig(layout="auto"))
     assert runner.runtime_name == "fast" and runner.fast_cfg.layout == "hybrid"
@@ -426,7 +428,7 @@ def test_a_quantized_draft_model_keeps_greedy_exact_and_is_still_accepted(weight
 
 def test_quantized_weights_stay_within_a_few_percent_of_the_models_own_products():
     """int8 per channel / int4 per group of 64: the layer products of a draft model stay close to its bf16 ones."""
-    from core.runtime.fast import Forms, mm, quantize
+    from core.runtime.weights import Forms, mm, quantize
     g = torch.Generator().manual_seed(0)
     w, x = torch.randn(96, 128, generator=g).bfloat16(), torch.randn(3, 128, generator=g)
     ref = x @ w.float().t()

@@ -6,6 +6,8 @@ import random
 import pytest
 import torch
 
+from core.train import card as tc
+from core.train import data as td
 from core.train import eagle as te
 from core.decoding.eagle import EagleConfig, EagleHead, init_from_target
 from core.errors import SpecError
@@ -113,7 +115,7 @@ def test_trainer_loss_falls():
 def test_prompt_targets_weighted_by_response_start():
     marker = [1, 2, 3]
     x = torch.tensor([5, 1, 2, 3, 9, 1, 2, 3, 7, 8])
-    assert te.response_start(x, marker) == 8 and te.response_start(x[:3], marker) == 0  # the last marker; none -> 0
+    assert td.response_start(x, marker) == 8 and td.response_start(x[:3], marker) == 0  # the last marker; none -> 0
     # f_t predicts x_{t+1}: targets t >= start - 1 predict response tokens
     assert te.target_weights(10, 8, 0.5).tolist() == [0.5] * 7 + [1.0] * 3
     tcfg = te.TrainConfig(batch=3, seq_len=16, prompt_w=0.0)
@@ -134,7 +136,7 @@ def eagle_run(out, **kw):
     tcfg = te.TrainConfig(**opts | kw)
     rng = random.Random(0)
     torch.manual_seed(tcfg.seed)  # as main does: the head's fc init draws from it
-    te.build_cache(model, tok, tcfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
+    td.build_cache(model, tok, tcfg, [(words(rng, 6), words(rng, 10)) for _ in range(6)])
     return model, tok, tcfg
 
 
@@ -173,11 +175,11 @@ def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
     from core.trace.stats import summarize
     model, head = tiny(2)
     tok = tiny_tokenizer(chat_template=TEMPLATE)
-    pipe = te.card_pipeline(model, tok, head, "tiny")
+    pipe = tc.card_pipeline(model, tok, head, "tiny")
     rng = random.Random(1)
     prompts = [words(rng, 5), words(rng, 7)]
     shapes = {"tree": {"shape": "tree", "depth": 3, "top_k": 2, "tree_size": 6}, "chain": {"shape": "chain", "gamma": 3}}
-    acc = te.engine_tau(pipe, prompts, shapes, max_new=12)
+    acc = tc.engine_tau(pipe, prompts, shapes, max_new=12)
     for name, shape in shapes.items():
         cfg = SpecConfig(method="full", max_new_tokens=12, context="off", **shape)
         runs = [summarize(list(pipe.run(p, cfg))) for p in prompts]
@@ -185,7 +187,7 @@ def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
         pooled = sum(r["mean_accept_len"] * r["steps"] for r in runs) / acc[name]["steps"]
         assert acc[name]["tau"] == pytest.approx(pooled, abs=1e-12)
     card = tmp_path / "card.md"
-    te.write_card(te.TrainConfig(eval_prompts=2), {"tokens": 1, "seqs": 1, "subset": 1, "sigma": 1.0, "final": {},
+    tc.write_card(te.TrainConfig(eval_prompts=2), {"tokens": 1, "seqs": 1, "subset": 1, "sigma": 1.0, "final": {},
                                                     "steps": 0}, acc, card)
     assert f"| tree 3/2/6 | {acc['tree']['steps']} | {acc['tree']['tau']:.3f} |" in card.read_text()
 
@@ -295,9 +297,9 @@ def test_the_trained_heads_card_reports_the_engines_tau(tmp_path):
     te.train(model, tok, tcfg)
     head = te.new_head(model, tcfg)
     head.load_state_dict(load_checkpoint(tmp_path / "ckpt.pt")["head"])
-    acc = te.engine_tau(te.card_pipeline(model, tok, head, tcfg.target), te.eval_prompts(tcfg)[0])
+    acc = tc.engine_tau(tc.card_pipeline(model, tok, head, tcfg.target), tc.eval_prompts(tcfg)[0])
     card = (tmp_path / "training_card.md").read_text()
-    assert all(te.tau_row(r) in card for r in acc.values()) and len(acc) == 2
+    assert all(tc.tau_row(r) in card for r in acc.values()) and len(acc) == 2
 
 
 def test_a_draft_models_slim_inputs_are_its_final_hidden_states_at_the_response_positions():

@@ -7,7 +7,6 @@ from safetensors import safe_open
 
 from core.errors import SpecError
 
-
 # ---------------------------------------------------------------- storage
 
 def load_table(path) -> tuple[torch.Tensor, dict]:

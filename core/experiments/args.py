@@ -2,7 +2,7 @@
 (`add_engine_args`), the SpecConfig they give (`config_from`) and the Pipeline they name (`pipeline_from`)."""
 import argparse
 
-from core.config import SpecConfig, SHAPES, WINDOWS, BACKENDS, RUNTIMES, SLIM_INITS, CONTEXTS, DRAFT_WEIGHTS
+from core.config import BACKENDS, CONTEXTS, DRAFT_WEIGHTS, RUNTIMES, SHAPES, SLIM_INITS, WINDOWS, SpecConfig
 
 DTYPES = ("auto", "fp32", "bf16")
 DRAFT_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma", "w_max", "k_pre", "k_ver", "context", "rescore",

@@ -18,7 +18,7 @@ import torch
 from core.experiments.bench import run_row
 from core.config import SpecConfig
 from core.models import draft_defaults
-from core.runtime.fast import MATRICES
+from core.runtime.weights import MATRICES
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
 # a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft

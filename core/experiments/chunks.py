@@ -212,7 +212,7 @@ def install_wheel(src) -> str:
 
 def write_prompts(files, out, n: int) -> int:
     """distill_prompts.jsonl.gz: the first n prompts (texts only) of JSONL files with prompt/question fields."""
-    from core.train.eagle import read_pairs
+    from core.train.data import read_pairs
     prompts = [p for p, _ in read_pairs(files)][:n]
     data = "".join(json.dumps({"prompt": p}) + "\n" for p in prompts).encode()
     write_atomic(Path(out) / "distill_prompts.jsonl.gz", gzip.compress(data, 9))

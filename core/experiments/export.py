@@ -232,7 +232,7 @@ def print_report(rep: dict, calib: dict) -> None:
 
 
 def export_eagle(pipe, out_dir, architecture) -> None:
-    from core.decoding.eagle import save_official
+    from core.decoding.eagle_io import save_official
     if pipe.draft_name != "eagle":
         raise SpecError(f"{pipe.model_id} has no EAGLE head to export")
     for note in save_official(pipe.drafter.head, out_dir, architecture):

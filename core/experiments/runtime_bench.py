@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.runtime.fast import FastConfig, FastRunner
+from core.runtime.config import FastConfig
+from core.runtime.fast import FastRunner
 from core.runtime.runner import EagerRunner
 
 PROMPTS = (

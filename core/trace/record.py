@@ -1,6 +1,6 @@
 """The trace record: one StepRecord per engine step, and the names its fields use (core/trace/stats.py derives
 every number from a list of them)."""
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 
 TIMERS = ("draft_backbone", "lm_head", "gather", "verify", "other")  # keys of StepRecord.timing_ms
 DRAFT_TIMERS = TIMERS[:3]  # the draft step: backbone + gather of I_t + LM head

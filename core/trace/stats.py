@@ -9,7 +9,6 @@ import math
 
 from core.trace.record import DRAFT_TIMERS, ORIGINS, SOURCES, TIMERS  # noqa: F401  (names the reductions use)
 
-
 # ---------------------------------------------------------------- one run
 
 def run_totals(records) -> dict:

@@ -1,6 +1,6 @@
 """device-check's train step: an EAGLE head trained at scale within a time budget, with the existing trainers.
 
-    self-distilled data  core.train.eagle.build_cache (batched greedy generation, features from the same passes)
+    self-distilled data  core.train.data.build_cache (batched greedy generation, features from the same passes)
     the head             core.train.eagle.train (on ck.device; from the shipped head when there is one)
     SlimSpec factors     core.train.slim.train_factors on the new head's LM-head inputs
     tau                  the engine (Pipeline.run) on the shipped prompts: new head vs shipped head, default tree + chain
@@ -63,7 +63,8 @@ def shipped_head(ck) -> Path | None:
 
 def train_head(ck, budget: float) -> tuple:
     """(tcfg, fp32 target model, tokenizer, {tokens, seqs, source}) after data generation and training."""
-    from core.train.eagle import build_cache, load_cache, load_target, train
+    from core.train.eagle import train
+    from core.train.data import build_cache, load_cache, load_target
     pairs, source = distill_pairs(ck)
     init = shipped_head(ck)
     tcfg = train_config(ck, len(pairs), budget, str(init) if init else "")
@@ -82,9 +83,9 @@ def train_head(ck, budget: float) -> tuple:
 
 def train_slim(ck, tcfg, model, budget: float) -> dict:
     """SlimSpec factors for the new head (rank d/8) from its LM-head inputs on the cached data."""
+    from core.decoding.eagle_io import load_head
     from core.train import slim as ts
-    from core.decoding.eagle import load_head
-    from core.train.eagle import load_cache
+    from core.train.data import load_cache
     head = load_head(tcfg.out, model).to(model.device)
     ids, feats = load_cache(tcfg.out)
     W = model.get_output_embeddings().weight.detach().float()
@@ -119,7 +120,7 @@ def shipped_factors(ck, r: int):
 
 def with_head(pipe, path: Path, slim=None):
     """A copy of `pipe` drafting with the EAGLE head at `path` (and its trained SlimSpec factors)."""
-    from core.decoding.eagle import load_eagle_drafter
+    from core.decoding.eagle_io import load_eagle_drafter
     p = copy.copy(pipe)
     p.drafter = load_eagle_drafter(pipe.target, path, "eager")
     p.draft_name, p._slim, p.lock = "eagle", {}, threading.Lock()

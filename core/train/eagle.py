@@ -1,17 +1,15 @@
 """python -m core train-eagle: train an EAGLE head for a target model on CPU.
 
-Data: target features by teacher forcing on corpus prompt+response (default), or, with --self-distill N,
-on the target's own greedy generations of N corpus prompts (batched, KV-cached; the features come free from
-the generation passes). Both are cached on disk as fp16 shards in DIR/cache (resumable).
+Data (core/train/data.py): target features by teacher forcing on corpus prompt+response (default), or, with
+--self-distill N, on the target's own greedy generations of N corpus prompts (batched, KV-cached; the features come
+free from the generation passes). Both are cached on disk as fp16 shards in DIR/cache (resumable).
 Loss per draft depth s (EAGLE-3 training-time test: depth s >= 2 feeds the head its own predicted feature):
   feat_w * SmoothL1(f^/sigma, f/sigma)   (one global scale sigma: scale-robust, keeps f^ on f's scale)
   + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data)
 Checkpoints DIR/ckpt.pt every --ckpt-min minutes (and every --ckpt-every steps); rerunning the same command
-resumes. The training card's tau comes from the engine (Pipeline.run, method full) drafting with the new head.
+resumes. The training card's tau (core/train/card.py) comes from the engine (Pipeline.run, method full) drafting with the new head.
 """
-import glob
 import json
-import math
 import os
 import random
 import sys
@@ -21,9 +19,29 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.paths import write_atomic
-from core.decoding.eagle import EagleConfig, EagleHead, float_mask, init_from_target, save_head
-from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
+from core.decoding.eagle import EagleConfig, EagleHead, float_mask, init_from_target
+from core.decoding.eagle_io import save_head
+from core.train.card import CARD_MAX_NEW, card_pipeline, engine_tau, eval_prompts, tau_row, write_card
+from core.train.data import (
+    build_cache,
+    build_heldout,
+    load_cache,
+    load_heldout,
+    load_target,
+    response_marker,
+    response_start,
+    split_pairs,
+)
+from core.train.loop import (
+    Stopwatch,
+    due,
+    load_checkpoint,
+    logger,
+    lr_at,
+    parse_config,
+    save_checkpoint,
+    set_lr,
+)
 
 
 @dataclass
@@ -66,194 +84,6 @@ class TrainConfig:
     cache_only: bool = False      # build the feature cache (and held-out set), then stop
     tau_only: bool = False        # only measure the card's tau of the head in --init (a dir) with the engine
 
-
-def logger(tcfg):
-    """log(msg) to stdout and DIR/progress.log."""
-    return progress_log(os.path.join(tcfg.out, "progress.log"))
-
-
-# ---------------------------------------------------------------- target + prompts
-
-def load_target(target_id, device="cpu"):
-    from core.models import load_model
-    return load_model(target_id, device=device, dtype=torch.float32)
-
-
-def read_pairs(files):
-    """[(prompt, response)] from JSONL files with prompt/response (or gsm8k question/answer)."""
-    pairs = []
-    for f in files:
-        with open(f) as fh:
-            for line in fh:
-                r = json.loads(line)
-                p, a = r.get("prompt", r.get("question")), r.get("response", r.get("answer"))
-                if p:
-                    pairs.append((p, a or ""))
-    return pairs
-
-
-def read_globs(spec: str):
-    """read_pairs over the files matching comma-separated globs, in sorted file order."""
-    return read_pairs(sorted(sum([glob.glob(p) for p in spec.split(",")], [])))
-
-
-def split_pairs(tcfg):
-    pairs = read_globs(tcfg.data)
-    random.Random(tcfg.seed).shuffle(pairs)
-    return pairs[:tcfg.n_eval], pairs[tcfg.n_eval:]
-
-
-def chat_ids(tok, prompt, response=None):
-    """The prompt as one user turn (chat template + generation prompt), then the response's ids if given."""
-    from core.models import chat_prompt_ids
-    ids = chat_prompt_ids(tok, prompt)
-    if response is not None:
-        ids += tok(response, add_special_tokens=False)["input_ids"]
-    return ids
-
-
-def response_marker(tok):
-    """The generation-prompt ids the chat template appends before the assistant's response."""
-    msgs = [{"role": "user", "content": "x"}]
-    a, b = (tok.apply_chat_template(msgs, add_generation_prompt=g, tokenize=True) for g in (True, False))
-    a, b = (list(x["input_ids"] if hasattr(x, "keys") else x) for x in (a, b))
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[n:]
-
-
-def response_start(x, marker):
-    """Index of the first response token of x (after the last `marker`); 0 if there is none."""
-    x, m = x.tolist(), len(marker)
-    for i in range(len(x) - m, -1, -1):
-        if x[i:i + m] == marker:
-            return i + m
-    return 0
-
-
-# ---------------------------------------------------------------- feature cache
-
-class FeatureHook:
-    """Grabs the input of the target's final norm = last decoder layer output before the norm."""
-
-    def __init__(self, model):
-        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-        self.chunks = []
-        self.h = base.norm.register_forward_pre_hook(lambda m, a: self.chunks.append(a[0].detach()))
-
-    def take(self):
-        out, self.chunks = self.chunks, []
-        return out
-
-
-@torch.no_grad()
-def generate_batch(model, tok, prompts, tcfg, hook, max_time=None):
-    """Greedy batched generation (left padding, KV cache). Returns [(ids int32 [L], feats fp16 [L, d])].
-    max_time: seconds, after which the generations end where they are (transformers' max_time)."""
-    seqs = [chat_ids(tok, p)[-tcfg.max_prompt:] for p in prompts]
-    P = max(len(s) for s in seqs)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (P - len(s)) + s for s in seqs]).to(model.device)
-    att = torch.tensor([[0] * (P - len(s)) + [1] * len(s) for s in seqs]).to(model.device)
-    hook.take()
-    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=tcfg.max_new, do_sample=False,
-                         pad_token_id=pad, eos_token_id=tok.eos_token_id, max_time=max_time)
-    feats = torch.cat(hook.take(), 1)  # [B, P + G - 1, d]
-    res = []
-    for b, s in enumerate(seqs):
-        gen = out[b, P:].tolist()
-        g = len(gen)
-        if tok.eos_token_id in gen:
-            g = gen.index(tok.eos_token_id) + 1
-        L = min(len(s) + g, feats.shape[1] - (P - len(s)))
-        full = (s + gen[:g])[:L]
-        res.append((torch.tensor(full, dtype=torch.int32), feats[b, P - len(s):P - len(s) + L].to(torch.float16).cpu()))
-    return res
-
-
-@torch.no_grad()
-def teacher_force_batch(model, tok, pairs, tcfg, hook):
-    seqs = [chat_ids(tok, p, a)[:tcfg.max_prompt + tcfg.max_new] for p, a in pairs]
-    T = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs]).to(model.device)
-    att = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs]).to(model.device)
-    hook.take()
-    model.model(input_ids=ids, attention_mask=att)
-    feats = hook.take()[0]
-    return [(torch.tensor(s, dtype=torch.int32), feats[b, :len(s)].to(torch.float16).cpu()) for b, s in enumerate(seqs)]
-
-
-def build_cache(model, tok, tcfg, pairs):
-    """Fill DIR/cache/shard_*.pt (resumable: existing shards are kept)."""
-    cdir = os.path.join(tcfg.out, "cache")
-    os.makedirs(cdir, exist_ok=True)
-    n = tcfg.self_distill if tcfg.self_distill else len(pairs)
-    pairs = pairs[:n]
-    hook = FeatureHook(model)
-    n_shards = math.ceil(len(pairs) / tcfg.shard_size)
-    have = cached_tokens(tcfg.out)
-    t0, made = time.time(), 0
-    for i in range(n_shards):
-        path = os.path.join(cdir, f"shard_{i:05d}.pt")
-        if os.path.exists(path):
-            continue
-        if tcfg.max_tokens and have >= tcfg.max_tokens or tcfg.gen_minutes and time.time() - t0 > tcfg.gen_minutes * 60:
-            break
-        chunk = pairs[i * tcfg.shard_size:(i + 1) * tcfg.shard_size]
-        chunk = sorted(chunk, key=lambda pa: len(pa[0]))  # similar lengths share a batch: less padding
-        rows = []
-        for j in range(0, len(chunk), tcfg.gen_batch):
-            part = chunk[j:j + tcfg.gen_batch]
-            if tcfg.self_distill:
-                left = tcfg.gen_minutes * 60 - (time.time() - t0) if tcfg.gen_minutes else None
-                rows += generate_batch(model, tok, [p for p, _ in part], tcfg, hook, max(left, 1.0) if left else None)
-            else:
-                rows += teacher_force_batch(model, tok, part, tcfg, hook)
-        save_rows(path, rows)
-        ntok = sum(len(r[0]) for r in rows)
-        have += ntok
-        made += ntok
-        logger(tcfg)(f"cache shard {i + 1}/{n_shards}: {ntok} tok, total {have}, {made / (time.time() - t0):.0f} tok/s")
-    hook.h.remove()
-
-
-def save_rows(path, rows) -> None:
-    """A cache shard or the held-out set, written atomically: {"ids": [...], "feats": [...]}."""
-    write_atomic(path, lambda tmp: torch.save({"ids": [r[0] for r in rows], "feats": [r[1] for r in rows]}, tmp))
-
-
-def build_heldout(model, tok, tcfg, pairs):
-    """DIR/heldout.pt: the target's greedy generations of tcfg.holdout eval-split prompts (never trained on)."""
-    path = os.path.join(tcfg.out, "heldout.pt")
-    if not tcfg.holdout or os.path.exists(path):
-        return
-    hook = FeatureHook(model)
-    rows = []
-    for j in range(0, tcfg.holdout, tcfg.gen_batch):
-        rows += generate_batch(model, tok, [p for p, _ in pairs[j:min(j + tcfg.gen_batch, tcfg.holdout)]], tcfg, hook)
-    hook.h.remove()
-    save_rows(path, rows)
-    logger(tcfg)(f"held-out: {len(rows)} generations, {sum(len(r[0]) for r in rows)} tok")
-
-
-def cached_tokens(out):
-    n = 0
-    for p in glob.glob(os.path.join(out, "cache", "shard_*.pt")):
-        n += sum(len(x) for x in torch.load(p)["ids"])
-    return n
-
-
-def load_cache(out):
-    ids, feats = [], []
-    for p in sorted(glob.glob(os.path.join(out, "cache", "shard_*.pt"))):
-        s = torch.load(p)
-        ids += s["ids"]
-        feats += s["feats"]
-    return ids, feats
-
-
-# ---------------------------------------------------------------- training
 
 def feature_scale(feats, n=200):
     """One global scale sigma = RMS of the cached features (per-dimension scaling hurt)."""
@@ -396,15 +226,6 @@ def agreement_text(d) -> str:
     return " ".join(f"{k}={v:.3f}" for k, v in d.items() if k != "step")
 
 
-def load_heldout(tcfg, marker):
-    """(ids, feats, response starts) of DIR/heldout.pt, or None."""
-    path = os.path.join(tcfg.out, "heldout.pt")
-    if not os.path.exists(path):
-        return None
-    h = torch.load(path)
-    return h["ids"], h["feats"], [response_start(x, marker) for x in h["ids"]]
-
-
 def resume(path, head, opt, rng, neg_gen) -> dict:
     """{step, hist, spent, held0, run}: from the checkpoint at `path` (head, optimizer and RNGs restored), else
     fresh (run: the running means of the losses)."""
@@ -507,89 +328,9 @@ def train(model, tok, tcfg):
     return 0
 
 
-# ---------------------------------------------------------------- acceptance: the engine with the new head
-
-CARD_SHAPES = {"chain": {"shape": "chain", "gamma": 4}, "tree": {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}}
-CARD_MAX_NEW = 64
-
-
-def eval_prompts(tcfg) -> tuple:
-    """(the first tcfg.eval_prompts shipped prompts, round robin over categories; their source)."""
-    from core.experiments.prompts import load_prompts
-    ps = load_prompts()
-    cats = sorted({p.category for p in ps})
-    by = [[p.text for p in ps if p.category == c] for c in cats]
-    out = [b[i] for i in range(max(len(b) for b in by)) for b in by if i < len(b)]
-    return out[:tcfg.eval_prompts], "assets/prompts/speclens_prompts.jsonl"
-
-
-def card_pipeline(model, tok, head, target_id):
-    """A Pipeline drafting with `head` for the target `model` on the eager runner: the engine the card's tau
-    comes from."""
-    from core.decoding.eagle import EagleDrafter
-    from core.pipeline import Pipeline
-    from core.runtime.fast import make_runner
-    target = make_runner(model, tok, "eager")
-    return Pipeline(target_id, model, tok, target, EagleDrafter(head.eval(), target.head_weight), "eagle")
-
-
-def engine_tau(pipe, prompts, shapes=None, max_new=CARD_MAX_NEW) -> dict:
-    """Per draft shape: tau = the engine's mean accepted length (stats.summarize: tokens per verify step, bonus
-    included) over every prompt's steps; greedy, method full, context drafting off (the head alone)."""
-    from core.config import SpecConfig
-    from core.trace.stats import summarize
-    res = {}
-    for name, shape in (shapes or CARD_SHAPES).items():
-        cfg = SpecConfig(method="full", max_new_tokens=max_new, context="off", **shape).validate()
-        s = summarize([r for p in prompts for r in pipe.run(p, cfg)])
-        res[name] = {**shape, "prompts": len(prompts), "steps": s["steps"], "tau": s["mean_accept_len"]}
-    return res
-
-
-def tau_row(r) -> str:
-    """One row of the card's acceptance table: | shape | verify steps | tau |."""
-    shape = f"chain gamma = {r['gamma']}" if r["shape"] == "chain" else f"tree {r['depth']}/{r['top_k']}/{r['tree_size']}"
-    return f"| {shape} | {r['steps']} | {r['tau']:.3f} |"
-
-
-def write_card(tcfg, card, acc, path=None):
-    """DIR/training_card.md: data, loss, schedule, held-out agreement, and the engine's tau per shape (`acc`)."""
-    path = path or os.path.join(tcfg.out, "training_card.md")
-    lines = [f"# EAGLE head for {tcfg.target}", "",
-             "One LlamaDecoderLayer (init: the target's last layer) + fc [2d -> d] over [pre-norm last-layer feature; "
-             "next-token embedding]; output -> the target's frozen final norm -> the target's LM head W.", "",
-             f"- data: {tcfg.data}" + (f" (self-distilled: the target's greedy generations, max {tcfg.max_new} new tokens, "
-                                     f"of {tcfg.self_distill} prompts)" if tcfg.self_distill else " (teacher forcing on responses)"),
-             f"- cached tokens: {card['tokens']} in {card['seqs']} sequences (prompt + response)",
-             f"- steps: {card['steps']}, batch {tcfg.batch} x seq {tcfg.seq_len}, lr {tcfg.lr}, seed {tcfg.seed}, "
-             f"training-time-test depth {tcfg.depth}",
-             f"- loss: {tcfg.feat_w} * SmoothL1(f^/sigma, f/sigma) (sigma = {card['sigma']:.2f}, global) + {tcfg.tok_w} * "
-             f"CE(p_target || q) over the {card['subset']} most frequent ids of the cache + {tcfg.negatives} random other "
-             f"ids redrawn each step; depth s weighted 0.8^(s-1); bf16 autocast={tcfg.amp}",
-             f"- loss weight of prompt/chat-template targets: {tcfg.prompt_w} (response targets 1); init: "
-             f"{tcfg.init or 'the target last layer'}",
-             f"- wall clock: {card.get('minutes', 0):.0f} min of training on "
-             + ("one CPU thread (shared machine)" if tcfg.device == "cpu" else tcfg.device),
-             "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
-             + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
-             f"- held-out response agreement (full vocabulary, {tcfg.holdout} self-distilled eval-split prompts, "
-             "teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
-                                                       for k, v in card.get("held", {}).items()), "",
-             f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
-             f"head W, fp32 target on the eager runner; {card.get('eval_n', 0)} prompts of {card.get('eval_src', '')} x "
-             f"{CARD_MAX_NEW} new tokens)", "",
-             "tau = the engine's mean accepted length (core.trace.stats.summarize: tokens per verify step, bonus included).", "",
-             "| shape | verify steps | tau |", "|---|---|---|"]
-    for r in acc.values():
-        lines.append(tau_row(r))
-    write_atomic(path, "\n".join(lines) + "\n")
-
-
-# ---------------------------------------------------------------- CLI
-
 def tau_only(tcfg) -> int:
     """Print the card's acceptance table (engine_tau) of the saved head in tcfg.init."""
-    from core.decoding.eagle import load_head
+    from core.decoding.eagle_io import load_head
     from core.errors import SpecError
     if not os.path.isfile(os.path.join(tcfg.init, "eagle.safetensors")):
         raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {tcfg.init!r}")

@@ -15,9 +15,8 @@ import typing
 
 import torch
 
-from core.paths import write_atomic
 from core.errors import SpecError
-
+from core.paths import write_atomic
 
 # ---------------------------------------------------------------- CLI
 
@@ -117,3 +116,8 @@ def load_checkpoint(path, settings=None, map_location=None):
     if settings is not None and ck.get("settings", settings) != settings:
         raise SpecError(f"{path} was made with {ck['settings']}, not {settings}: use another --out or delete it")
     return ck
+
+
+def logger(tcfg):
+    """log(msg) to stdout and DIR/progress.log."""
+    return progress_log(os.path.join(tcfg.out, "progress.log"))

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from core.paths import write_atomic
-from core.errors import SpecError
-from core.pipeline import head_dir, slim_file
 from core.decoding.heads import svd_factors
+from core.errors import SpecError
+from core.paths import write_atomic
+from core.pipeline import head_dir, slim_file
 from core.train.loop import Stopwatch, due, load_checkpoint, lr_at, parse_config, progress_log, save_checkpoint, set_lr
 
 
@@ -242,7 +242,7 @@ def is_eagle_dir(head: str) -> bool:
 def model_inputs(model, tok, pairs, n_tokens, max_len=512, batch=8):
     """h [N, d]: the model's final (normed) hidden states at the response positions of teacher-forced
     (prompt, response) chats, in the given order, until n_tokens."""
-    from core.train.eagle import chat_ids
+    from core.train.data import chat_ids
     hs, n = [], 0
     for i in range(0, len(pairs), batch):
         seqs = [(len(chat_ids(tok, p)), chat_ids(tok, p, a)[:max_len]) for p, a in pairs[i:i + batch]]
@@ -266,7 +266,7 @@ def load_model_inputs(a):
     dtype the draft runs in (bf16 where the fast runtime is exact in it)."""
     from core.models import load_model
     from core.pipeline import inference_dtype
-    from core.train.eagle import read_globs
+    from core.train.data import read_globs
     model, tok = load_model(a.head, device="cpu", dtype=inference_dtype("cpu"))
     pairs = read_globs(a.data)
     if not pairs:
@@ -294,8 +294,8 @@ def load_inputs(a):
     """(W [V, d], h [N, d]): the target's LM head and the EAGLE head's outputs on a.tokens cached inputs."""
     if not is_eagle_dir(a.head):
         return load_model_inputs(a)
-    from core.decoding.eagle import load_head
-    from core.train.eagle import load_cache, load_target
+    from core.decoding.eagle_io import load_head
+    from core.train.data import load_cache, load_target
     with open(os.path.join(a.head, "config.json")) as f:
         target_id = json.load(f)["eagle"]["target"]
     model, _ = load_target(target_id)

@@ -1,9 +1,9 @@
 """Table 5 (viz.paper.fig_table): stream-source ablations and the LM-head layout (indexed GEMM vs repack)."""
 import statistics
 import time
-from core.trace.stats import aggregate
-from core.experiments.paper.grid import ABLATIONS, _of
 
+from core.experiments.paper.grid import ABLATIONS, _of
+from core.trace.stats import aggregate
 
 ABLATION_COLS = ["variant", "sources", "status", "coverage", "mean_accept_len", "mean_active_vocab", "tokens_per_s",
                  "lm_head_ms_per_call"]
@@ -31,6 +31,7 @@ def gemm_vs_repack(pipe, rows, n=None, reps=30) -> dict:
     """ms per LM-head call over I_t at the measured mean |I_t|: h @ W[idx]ᵀ (gather every call) vs
     h @ bufᵀ plus the repack of the rows that enter, amortised over the calls of a step. Interleaved."""
     import torch
+
     from core.kernels import triton as kernels
     g = _of(rows, "nanospec")
     if not g:

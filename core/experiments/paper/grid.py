@@ -10,10 +10,10 @@ import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
-from core.experiments import bench
+
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
-
+from core.experiments import bench
 
 DEFAULT_LIMIT = 1  # prompts per category when --limit is not given
 

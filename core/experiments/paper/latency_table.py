@@ -1,9 +1,8 @@
 """Table 4 (viz.paper.fig_latency_table): draft-step latency per LM-head call (backbone, gather, head)."""
 from core.config import METHODS
+from core.experiments.paper.grid import _of
 from core.trace.record import DRAFT_TIMERS
 from core.trace.stats import aggregate
-from core.experiments.paper.grid import _of
-
 
 LATENCY_COLS = ["method", "draft_steps", "backbone_ms", "gather_ms", "lm_head_ms", "total_ms", "verify_ms_per_step"]
 

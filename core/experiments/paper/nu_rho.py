@@ -1,8 +1,7 @@
 """SlimSpec's ν–ρ–κ model (viz.paper.fig_nu_rho): predicted against measured speedup over the full head."""
 from core.config import METHODS
-from core.trace.stats import aggregate
 from core.experiments.paper.grid import _of
-
+from core.trace.stats import aggregate
 
 NU_RHO_COLS = ["method", "tau", "head_ms_per_call", "nu", "rho", "kappa", "predicted", "measured"]
 

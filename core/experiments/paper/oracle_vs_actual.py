@@ -1,7 +1,6 @@
 """Figure 1a (viz.paper.fig_oracle_vs_actual): FR-Spec's measured speed against the oracle that assumes a free head."""
-from core.trace.stats import aggregate
 from core.experiments.paper.grid import FR_SIZES, _of
-
+from core.trace.stats import aggregate
 
 ORACLE_COLS = ["vocab_size", "variant", "mean_accept_len", "t_verify_ms", "t_draft_ms", "actual_tps", "oracle_tps"]
 

@@ -1,10 +1,10 @@
 """DIR/report.md: the settings, the paper's numbers beside ours, every table and one paragraph per figure."""
 from core.experiments.paper.ablation import ABLATION_COLS
-from core.experiments.paper.numbers import md_table, span
 from core.experiments.paper.coverage_vs_vocab import p_coverage
 from core.experiments.paper.grid import PAPER
 from core.experiments.paper.latency_table import LATENCY_COLS, _change
 from core.experiments.paper.nu_rho import NU_RHO_COLS, p_nu_rho
+from core.experiments.paper.numbers import md_table, span
 from core.experiments.paper.oracle_vs_actual import p_oracle
 from core.experiments.paper.sources import SOURCE_COLS
 from core.experiments.paper.speed_table import SPEED_COLS

@@ -4,8 +4,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Protocol
+
 from core.experiments import bench
-from core.trace.stats import aggregate
 from core.experiments.paper.ablation import ABLATION_COLS, ablation_table, gemm_vs_repack
 from core.experiments.paper.coverage_vs_vocab import COVERAGE_COLS, coverage_table
 from core.experiments.paper.grid import DEFAULT_LIMIT, _of, plan, run_grid, settings_from, sweep_prompts
@@ -17,6 +17,7 @@ from core.experiments.paper.sources import SOURCE_COLS, sources_table
 from core.experiments.paper.speed_table import SPEED_COLS, speed_table
 from core.experiments.paper.vocab_evolution import EVOLUTION_COLS, evolution_table
 from core.experiments.paper.wmax_sensitivity import WMAX_COLS, wmax_table
+from core.trace.stats import aggregate
 
 
 def make_tables(rows, pipe, base, ids, gemm) -> dict:

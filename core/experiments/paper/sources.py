@@ -1,8 +1,7 @@
 """Table 8 (viz.paper.fig_table): where the ids entering I_t come from, shares by source."""
+from core.experiments.paper.grid import _of
 from core.trace.record import SOURCES
 from core.trace.stats import aggregate, by_category
-from core.experiments.paper.grid import _of
-
 
 SOURCE_COLS = ["category", *SOURCES, "entries_per_step"]
 

@@ -1,7 +1,6 @@
 """Table 2 (viz.paper.fig_speed_table): tokens/s and speedup over plain decoding per category and method."""
-from core.experiments import bench
 from core.config import METHODS
-
+from core.experiments import bench
 
 SPEED_COLS = ["category", "method", "n_prompts", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
               "mean_active_vocab", "coverage"]

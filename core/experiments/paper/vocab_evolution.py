@@ -1,9 +1,9 @@
 """Figure 6 (viz.paper.fig_vocab_evolution): |I_t| and cumulative coverage step by step."""
 import statistics
-from core.trace.stats import by_category
+
 from core.experiments.paper.grid import _of
 from core.experiments.paper.numbers import span
-
+from core.trace.stats import by_category
 
 EVOLUTION_COLS = ["category", "step", "n_runs", "active_mean", "active_min", "active_max",
                   "coverage_mean", "coverage_min", "coverage_max"]

@@ -1,7 +1,6 @@
 """Figure 5 (viz.paper.fig_wmax_sensitivity): acceptance, speed and |I_t| against the stream window W_max."""
-from core.trace.stats import aggregate
 from core.experiments.paper.grid import W_MAXES, _of
-
+from core.trace.stats import aggregate
 
 WMAX_COLS = ["w_max", "variant", "mean_accept_len", "tokens_per_s", "mean_active_vocab", "coverage"]
 
