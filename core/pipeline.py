@@ -11,10 +11,11 @@ import torch
 from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.decoding.draft import ModelDrafter
 from core.decoding.engine import generate
-from core.errors import SpecError
 from core.decoding.heads import build_head, svd_factors, uses_factors
-from core.paths import ASSETS
+from core.decoding.protocols import Drafter, Head, Runner
+from core.errors import SpecError
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
+from core.paths import ASSETS
 from core.runtime.config import FastConfig
 from core.runtime.fast import make_runner
 
@@ -65,7 +66,7 @@ def slim_file(rank: int, own: bool) -> str:
     return f"slim_own_r{rank}.safetensors" if own else f"slim_r{rank}.safetensors"
 
 
-def make_drafter(model_id, model, tokenizer, target, draft="auto", runtime="auto", draft_weights="auto") -> tuple:
+def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runtime="auto", draft_weights="auto") -> tuple:
     """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
     "eagle", or a draft model id sharing the target's tokenizer. draft_weights: a draft model's layer weights
     (see draft_weights_of)."""
@@ -118,7 +119,7 @@ def load_key(model_id, draft="auto", runtime="auto", device=None, dtype=None, dr
 class Pipeline:
     """A target Runner, a Drafter and the model's tables; `Pipeline.load` builds one from a model id."""
 
-    def __init__(self, model_id, model, tokenizer, target, drafter, draft_name, fr_rank=None):
+    def __init__(self, model_id, model, tokenizer, target: Runner, drafter: Drafter | None, draft_name, fr_rank=None):
         self.model_id, self.model, self.tokenizer = model_id, model, tokenizer
         self.target = target
         self.runtime_name = target.runtime_name
@@ -197,7 +198,7 @@ class Pipeline:
             raise SpecError("the prompt is empty")
         return chat_prompt_ids(self.tokenizer, prompt) if chat else self.tokenizer.encode(prompt)
 
-    def build_head(self, cfg: SpecConfig):
+    def build_head(self, cfg: SpecConfig) -> Head | None:
         if cfg.method == "ar" or self.drafter is None:
             return None
         fr_ids = None

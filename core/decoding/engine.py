@@ -13,11 +13,19 @@ import torch
 
 from core.decoding.context import ContextDrafter, ModelSwitch
 from core.decoding.draft import DraftState
-from core.trace.record import TIMERS
+from core.decoding.protocols import Drafter, Head, Runner
+from core.decoding.tree import (
+    Tree,
+    accept_greedy,
+    accept_sample,
+    draft_tree,
+    merge_context,
+    target_probs,
+    tree_shape,
+    verify_inputs,
+)
+from core.trace.record import TIMERS, StepRecord
 from core.trace.stats import tie_tolerance
-from core.trace.record import StepRecord
-from core.decoding.tree import (Tree, accept_greedy, accept_sample, draft_tree, merge_context, target_probs, tree_shape,
-                       verify_inputs)
 
 
 class Timer:
@@ -44,10 +52,10 @@ class Timer:
 
 
 @torch.no_grad()
-def generate(target, drafter, head, prompt_ids, cfg, eos_ids=(), fr_rank=None, decode=None,
-             should_stop=lambda: False):
-    """Yield StepRecords. target: Runner; drafter/head: None for method "ar"; drafter None (and head None)
-    with a speculative method: context drafting alone."""
+def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_ids, cfg, eos_ids=(), fr_rank=None,
+             decode=None, should_stop=lambda: False):
+    """Yield StepRecords. drafter/head: None for method "ar"; drafter None (and head None) with a speculative
+    method: context drafting alone."""
     gen = torch.Generator().manual_seed(cfg.seed)
     timer = Timer(cfg.timing, target.device)
     decode = decode or (lambda ids: "")
@@ -112,7 +120,7 @@ def _is_last(rec, budget, should_stop) -> bool:
     return bool(reason)
 
 
-def _ar_step(target, root, root_pos, cfg, gen, timer, step):
+def _ar_step(target: Runner, root, root_pos, cfg, gen, timer, step):
     with timer("verify"):
         hidden, _ = target.forward(torch.tensor([root]), torch.tensor([root_pos]), None)
         target.commit(torch.tensor([0]))
@@ -127,7 +135,7 @@ class DraftFeed:
     """The model drafter and its state. Lazy (with context drafting, which may skip the model for a step): a
     step's (tokens, target features) wait in a queue, and the next step that drafts feeds them in one call."""
 
-    def __init__(self, drafter, state, lazy=False):
+    def __init__(self, drafter: Drafter, state, lazy=False):
         self.drafter, self.state, self.lazy, self.queue = drafter, state, lazy, []
 
     def push(self, ids, feats, timer) -> None:
@@ -144,7 +152,7 @@ class DraftFeed:
         return self.state
 
 
-def _draft(feed, head, ctx, root_pos, cfg, gen, timer) -> Tree:
+def _draft(feed: DraftFeed, head: Head, ctx, root_pos, cfg, gen, timer) -> Tree:
     """The model's tree, with the context branches merged in when context drafting is on; a step where the
     context suffices (ContextDrafter.use_model) skips the model."""
     branches = ctx.propose(cfg.context_len) if ctx is not None else []
@@ -159,7 +167,7 @@ def _draft(feed, head, ctx, root_pos, cfg, gen, timer) -> Tree:
     return merge_context(tree, branches, size, cfg.context_len, cfg.temperature > 0)
 
 
-def _spec_step(target, feed, head, ctx, root, root_pos, cfg, gen, timer, step):
+def _spec_step(target: Runner, feed: DraftFeed, head: Head, ctx, root, root_pos, cfg, gen, timer, step):
     t0 = time.perf_counter()
     tree = _draft(feed, head, ctx, root_pos, cfg, gen, timer)
     ids, pos, mask = verify_inputs(tree, root, root_pos)

@@ -1,5 +1,5 @@
-"""The contracts between the engine's parts, as code: what core/decoding/engine.py and core/decoding/tree.py call on a target
-Runner, a Drafter and a draft LM Head, and what core/pipeline.py reads from them.
+"""The contracts between the engine's parts, as code: what core/decoding/engine.py and core/decoding/tree.py call on a
+target Runner, a Drafter and a draft LM Head, and what core/pipeline.py reads from them (their annotations).
 
 Implementations (tests/test_interfaces.py checks each satisfies its Protocol):
     Runner  — EagerRunner (core/runtime/runner.py), FastRunner (core/runtime/fast.py); `core.runtime.fast.make_runner` picks one

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from core.kernels import triton as kernels
 from core.decoding.draft import DraftState
+from core.decoding.protocols import Drafter, Head
+from core.kernels import triton as kernels
 
 
 @dataclass
@@ -55,7 +56,7 @@ def sample_children(logits_row, k, temperature, gen):
     return order, logq[order], logq
 
 
-def draft_tree(drafter, head, root: DraftState, root_pos: int, cfg, gen, timer, prune=True) -> Tree:
+def draft_tree(drafter: Drafter, head: Head, root: DraftState, root_pos: int, cfg, gen, timer, prune=True) -> Tree:
     """Greedy: EAGLE-2 — expand the top-k nodes of each level, then keep the `size` best by
     cumulative log q. Sampling: how many children a node gets is fixed before they are drawn
     (budget handed out in frontier order), since a prune that looks at the drawn children would bias
