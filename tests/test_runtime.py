@@ -1,22 +1,13 @@
 """FastRunner (core/runtime/fast.py) against the transformers model itself: prefill, tree verify, commit, greedy."""
 import pytest
 import torch
-from runtime_cases import (
-    ATOL,
-    assert_same_greedy,
-    greedy,
-    hf_greedy,
-    layer_ops,  # noqa: F401  (autouse: every spec with the C kernels and on the torch path)
-    path,
-    ref_logits,
-    tiny_variant,
-    tree_mask,
-)
 
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, converted_dir
 from core.runtime.config import FastConfig
 from core.runtime.fast import FastRunner, make_runner
+from runtime_cases import layer_ops  # noqa: F401  (autouse: every spec with the C kernels and on the torch path)
+from runtime_cases import ATOL, assert_same_greedy, greedy, hf_greedy, path, ref_logits, tiny_variant, tree_mask
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

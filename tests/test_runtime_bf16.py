@@ -2,19 +2,13 @@
 against the transformers model and the fast runtime's own single-token passes."""
 import pytest
 import torch
-from runtime_cases import (
-    ATOL,
-    layer_ops,  # noqa: F401  (autouse: every spec with the C kernels and on the torch path)
-    path,
-    ref_logits,
-    tiny_variant,
-    tree_mask,
-)
 
 from core.errors import SpecError
 from core.runtime.config import FastConfig
 from core.runtime.fast import FastRunner, make_runner
 from core.runtime.weights import packed_ok
+from runtime_cases import layer_ops  # noqa: F401  (autouse: every spec with the C kernels and on the torch path)
+from runtime_cases import ATOL, path, ref_logits, tiny_variant, tree_mask
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

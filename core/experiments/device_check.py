@@ -13,7 +13,6 @@ status.json (per step: ok | timeout | error, seconds, note) and summary.md are r
 --tiny: the same steps on a tiny random model on the CPU (Triton rows in the interpreter: TRITON_INTERPRET=1).
 """
 import argparse
-import csv
 import json
 import os
 import platform
