@@ -1,5 +1,6 @@
-"""Shared cases of the runtime specs (test_runtime.py, test_runtime_bf16.py): tiny model variants, transformers references,
-tree masks, greedy decoding, and the fixture that runs each spec with the fused C kernels and on the torch path."""
+"""Shared cases of the runtime specs (test_runtime.py, test_runtime_bf16.py): tiny model variants, transformers
+references, tree masks, greedy decoding, and the fixture that runs each spec with the fused C kernels and on the torch
+path."""
 import pytest
 import torch
 

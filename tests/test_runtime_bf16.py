@@ -1,5 +1,5 @@
-"""FastRunner in bf16 (core/runtime/fast.py, weights.py): oneDNN-packed weights, row-stable products, int8 / int4 draft weights,
-against the transformers model and the fast runtime's own single-token passes."""
+"""FastRunner in bf16 (core/runtime/fast.py, weights.py): oneDNN-packed weights, row-stable products, int8 / int4 draft
+weights, against the transformers model and the fast runtime's own single-token passes."""
 import pytest
 import torch
 

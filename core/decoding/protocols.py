@@ -2,7 +2,8 @@
 target Runner, a Drafter and a draft LM Head, and what core/pipeline.py reads from them (their annotations).
 
 Implementations (tests/test_interfaces.py checks each satisfies its Protocol):
-    Runner  — EagerRunner (core/runtime/runner.py), FastRunner (core/runtime/fast.py); `core.runtime.fast.make_runner` picks one
+    Runner  — EagerRunner (core/runtime/runner.py), FastRunner (core/runtime/fast.py), picked by
+              `core.runtime.fast.make_runner`
     Drafter — ModelDrafter (core/decoding/draft.py), EagleDrafter (core/decoding/eagle.py)
     Head    — DraftHead (core/decoding/heads.py), built by `core.decoding.heads.build_head`
 Shapes: n new entries, k tree nodes, V vocabulary, d model width, |I| active vocabulary.

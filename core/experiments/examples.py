@@ -34,7 +34,6 @@ def default_prompt() -> str:
     return example_prompts()[0].text
 
 
-
 # ---------------------------------------------------------------- shipped examples
 
 def head_file(model_id: str, draft: str) -> Path | None:

@@ -10,5 +10,5 @@ from core.experiments.paper.run import main, run_paper
 from core.experiments.paper.speed_table import SPEED_COLS
 from core.experiments.paper.vocab_evolution import EVOLUTION_COLS
 
-__all__ = ["ABLATION_COLS", "EVOLUTION_COLS", "LATENCY_COLS", "NU_RHO_COLS", "ORACLE_COLS", "SPEED_COLS", "main", "nu_rho_table",
-           "plan", "predicted_speedup", "run_paper"]
+__all__ = ["ABLATION_COLS", "EVOLUTION_COLS", "LATENCY_COLS", "NU_RHO_COLS", "ORACLE_COLS", "SPEED_COLS", "main",
+           "nu_rho_table", "plan", "predicted_speedup", "run_paper"]

@@ -1,4 +1,5 @@
-"""Figure 1b (viz.paper.fig_coverage_vs_vocab): coverage of generated tokens against vocabulary size, FR-Spec's static top-K beside NanoSpec's dynamic I_t."""
+"""Figure 1b (viz.paper.fig_coverage_vs_vocab): coverage of generated tokens against vocabulary size, FR-Spec's static
+top-K beside NanoSpec's dynamic I_t."""
 from core.experiments.paper.grid import PAPER, _of
 from core.experiments.paper.numbers import span
 from core.trace.stats import aggregate, by_category

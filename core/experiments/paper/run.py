@@ -1,4 +1,5 @@
-"""The paper experiments end to end (python -m core bench --figures DIR): run or resume the grid, reduce its rows to tables, write CSV, the figures that `draw` returns (HTML, PNG where kaleido renders) and report.md."""
+"""The paper experiments end to end (python -m core bench --figures DIR): run or resume the grid, reduce its rows to
+tables, write CSV, the figures that `draw` returns (HTML, PNG where kaleido renders) and report.md."""
 import importlib.util
 import sys
 import time
