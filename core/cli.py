@@ -1,5 +1,5 @@
 """The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|device-check|export|
-example dispatches to the module that runs it, turns its SpecError into one line and exit status 2, and hands the
+example|calibrate dispatches to the module that runs it, turns its SpecError into one line and exit status 2, and hands the
 paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it imports viz."""
 import importlib
 import os
@@ -17,6 +17,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "device-check": "core.experiments.device_check",
     "export": "core.experiments.export",
     "example": "core.experiments.examples",
+    "calibrate": "core.experiments.calibrate",
 }
 DRAWN = {"bench", "device-check"}  # their main(argv, draw) writes the paper figures with viz.paper.draw_figures
 

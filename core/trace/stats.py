@@ -168,3 +168,44 @@ def _margin_at(records, i: int) -> tuple:
     margins = [m for r in records for m in r.margin]
     tols = [t for r in records for t in (r.tie_tol or [FP32_NOISE] * len(r.margin))]
     return (margins[i], tols[i]) if i < len(margins) and i < len(tols) else (math.inf, 0.0)
+
+
+# ---------------------------------------------------------------- acceptance by tree position
+
+def acceptance_counts(records, depth: int, ranks: int) -> dict:
+    """{"tried", "accepted"}: [depth][ranks] counts of the model's draft nodes whose parent was accepted (or is the
+    root), by depth (0 = the first drafted token) and rank among the node's drafted siblings (0 = highest log q);
+    summed over runs they give a[d][r] = accepted / tried (core/decoding/cost.py)."""
+    tried = [[0] * ranks for _ in range(depth)]
+    accepted = [[0] * ranks for _ in range(depth)]
+    for r in records:
+        if r.kind != "step":
+            continue
+        parents, logp = r.tree["parents"], r.tree["logp"]
+        origin, path = r.tree.get("origin") or ["model"] * len(parents), set(r.accepted)
+        for i, (par, d, rank) in enumerate(zip(parents, _depths(parents), _sibling_ranks(parents, logp))):
+            if origin[i] == "model" and d < depth and rank < ranks and (par < 0 or par in path):
+                tried[d][rank] += 1
+                accepted[d][rank] += i in path
+    return {"tried": tried, "accepted": accepted}
+
+
+def acceptance_rates(counts: dict, floor: int = 1) -> list:
+    """a[d][r] from acceptance_counts (0 where fewer than `floor` nodes were tried)."""
+    return [[a / t if t >= floor else 0.0 for a, t in zip(ar, tr)] for ar, tr in zip(counts["accepted"], counts["tried"])]
+
+
+def _depths(parents) -> list:
+    out = []
+    for p in parents:  # parents come before their children
+        out.append(0 if p < 0 else out[p] + 1)
+    return out
+
+
+def _sibling_ranks(parents, logp) -> list:
+    order = sorted(range(len(parents)), key=lambda i: (parents[i], -logp[i], i))
+    ranks, last, n = [0] * len(parents), None, 0
+    for i in order:
+        n = n + 1 if parents[i] == last else 0
+        ranks[i], last = n, parents[i]
+    return ranks

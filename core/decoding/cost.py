@@ -1,0 +1,102 @@
+"""Will speculation pay? A cost model of one speculative step from measured parts, and the draft shape it favours.
+
+A step drafts an EAGLE-2 tree (core/decoding/tree.py: draft_tree) of depth D, k children per frontier node, pruned
+to `size` nodes, then verifies size + 1 rows in one target pass. With
+    a[d][r] = P(the node of sibling rank r at depth d is accepted | its parent was)      (Acceptance, per head)
+a node's chance to be on the accepted path is the product of a along its path, and
+    E[accepted] = Σ_{kept nodes} Π_path a          E[tokens per step] τ = 1 + E[accepted]
+    t_step = t_backbone(τ) + t_head(1) + (D − 1) · (t_backbone(k) + t_head(k)) + t_verify(size + 1) + t_other
+(the drafter first takes in the τ tokens the last step emitted, then drafts level by level)
+    speedup over plain decoding = τ · t_verify(1) / t_step                              (Costs, per machine)
+A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
+emit to match plain decoding.
+"""
+from dataclasses import dataclass, field
+from itertools import product
+
+
+@dataclass
+class Costs:
+    """Milliseconds measured on one machine for one model pair, dtype and runtime (python -m core calibrate)."""
+    verify: list                  # t_verify(n): the target's pass over n rows, n = 1 .. len
+    backbone: list                # t_backbone(w): the drafter's pass over w rows, w = 1 .. len
+    head: dict                    # method -> [t_head(w), w = 1 .. len]: one draft LM head call over w rows
+    other: float = 0.0            # per step: stream upkeep, acceptance, bookkeeping
+
+    def at(self, xs: list, n: int) -> float:
+        """xs[n - 1], linearly extrapolated past the measured end."""
+        if n <= len(xs):
+            return xs[max(n, 1) - 1]
+        slope = (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+        return xs[-1] + slope * (n - len(xs))
+
+
+@dataclass
+class Acceptance:
+    """a[d][r] for one head: d = 0 is the first drafted token; ranks and depths past the table count as 0."""
+    a: list = field(default_factory=list)
+
+    def p(self, d: int, r: int) -> float:
+        return self.a[d][r] if d < len(self.a) and r < len(self.a[d]) else 0.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    depth: int
+    top_k: int
+    size: int
+
+    @property
+    def chain(self) -> bool:
+        return self.top_k == 1
+
+    def config(self) -> dict:
+        """The SpecConfig fields that run this shape."""
+        if self.chain:
+            return {"shape": "chain", "gamma": self.depth}
+        return {"shape": "tree", "depth": self.depth, "top_k": self.top_k, "tree_size": self.size}
+
+
+def expected_accepted(acc: Acceptance, s: Shape) -> float:
+    """E[accepted draft tokens] of the EAGLE-2 tree: each level expands the k best nodes of the last (by path
+    value, as draft_tree by score), then the `size` best nodes of all levels are kept."""
+    values, frontier = [], [1.0]
+    for d in range(s.depth):
+        level = [v * acc.p(d, r) for v in frontier for r in range(s.top_k)]
+        values += level
+        frontier = sorted(level, reverse=True)[:s.top_k]
+    return sum(sorted(values, reverse=True)[:s.size])
+
+
+def step_ms(c: Costs, method: str, s: Shape, tau: float) -> float:
+    """t_step of one speculative step of shape s with head `method`, after a step that emitted tau tokens."""
+    head = c.head[method]
+    draft = c.at(c.backbone, round(tau)) + c.at(head, 1) + (s.depth - 1) * (c.at(c.backbone, s.top_k) + c.at(head, s.top_k))
+    return draft + c.at(c.verify, s.size + 1) + c.other
+
+
+def predicted_speedup(c: Costs, acc: Acceptance, method: str, s: Shape) -> float:
+    tau = 1 + expected_accepted(acc, s)
+    return tau * c.at(c.verify, 1) / step_ms(c, method, s, tau)
+
+
+def break_even_tau(c: Costs, method: str, s: Shape) -> float:
+    """Tokens per step that shape s must emit to match plain decoding on this machine (τ = t_step / t_verify(1),
+    solved with the drafter's intake at that τ)."""
+    tau = 1.0
+    for _ in range(8):  # a fixed point: t_step grows slowly with τ (one drafter pass over τ rows)
+        tau = step_ms(c, method, s, tau) / c.at(c.verify, 1)
+    return tau
+
+
+def shape_grid(depths=range(2, 7), top_ks=range(2, 5), sizes=range(4, 17), chains=range(1, 7)) -> list:
+    """The shapes the optimiser chooses from: trees (depth, top-k, size ≥ depth) and chains of γ."""
+    trees = [Shape(d, k, n) for d, k, n in product(depths, top_ks, sizes) if d <= n <= d * k]
+    return trees + [Shape(g, 1, g) for g in chains]
+
+
+def best_shape(c: Costs, acc: Acceptance, method: str, grid=None) -> tuple:
+    """(the shape of highest predicted speedup, that speedup); ties go to the smaller tree."""
+    grid = grid or shape_grid()
+    return max(((s, predicted_speedup(c, acc, method, s)) for s in grid),
+               key=lambda x: (round(x[1], 6), -x[0].size, -x[0].depth))
