@@ -187,10 +187,10 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
         d = config_for(pipe, m)
         s = cost.Shape(d.gamma, 1, d.gamma) if d.shape == "chain" else cost.Shape(d.depth, d.top_k, d.tree_size)
         best, best_x = cost.best_shape(c, ac, m)
-        rows.append({"method": m, "shape": shape_name(s), "predicted_tau": 1 + cost.expected_accepted(ac, s),
-                     "break_even_tau": cost.break_even_tau(c, m, s), "predicted_speedup": cost.predicted_speedup(c, ac, m, s),
-                     "best_shape": shape_name(best), "best_speedup": best_x, "t_step_ms": cost.step_ms(
-                         c, m, s, 1 + cost.expected_accepted(ac, s)), "t_ar_ms": c.at(c.verify, 1)})
+        tau = 1 + cost.expected_accepted(ac, s)
+        rows.append({"method": m, "shape": shape_name(s), "predicted_tau": tau, "break_even_tau": cost.break_even_tau(c, m, s),
+                     "predicted_speedup": cost.predicted_speedup(c, ac, m, s), "best_shape": shape_name(best),
+                     "best_speedup": best_x, "t_step_ms": cost.step_ms(c, m, s, tau), "t_ar_ms": c.at(c.verify, 1)})
     return rows
 
 
@@ -258,9 +258,12 @@ def main(argv=None) -> int:
     key, t0 = calibration_key(pipe), time.perf_counter()
     path = costs_path(key)
     costs = None if args.force else load_json(path)
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(f"warning: load average {load:.1f} on {os.cpu_count()} cores: the timings measure the contention too")
     with torch.no_grad():
         if costs is None:
-            costs = {"key": key, "date": time.strftime("%Y-%m-%d"), **measure_costs(pipe, args)}
+            costs = {"key": key, "date": time.strftime("%Y-%m-%d"), "load_avg": round(load, 2), **measure_costs(pipe, args)}
             write_atomic(path, json.dumps(costs, indent=1))
         acc = measure_acceptance(pipe, args) if args.acceptance else load_json(acceptance_path(pipe))
     if args.acceptance:
