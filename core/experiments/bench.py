@@ -20,7 +20,8 @@ from core.errors import SpecError
 from core.trace import stats
 from core.trace.record import ORIGINS, TIMERS
 
-SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "mean_accept_len",
+SUMMARY_COLS = ["category", "method", "n_prompts", "new_tokens", "tokens_per_s", "speedup_vs_ar", "predicted_speedup",
+                "mean_accept_len",
                 "mean_active_vocab", "coverage", "lm_head_ms_per_call", "draft_ms_per_step", "verify_ms_per_step",
                 "identical_to_ar_frac", "ties", "accept_model", "accept_context"]
 STEP_COLS = ["prompt_id", "category", "method", "step", "accept_len", "active", "covered", "emitted", *TIMERS]
@@ -141,6 +142,14 @@ def summary_row(cat, method, a, ar) -> dict:
             **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in ORIGINS}}
 
 
+def add_predictions(summary: list, pipe, cfgs: dict) -> None:
+    """predicted_speedup beside speedup_vs_ar: the cost model on this machine's cached calibration ("" without one)."""
+    from core.experiments.calibrate import prediction
+    predicted = {m: prediction(pipe, c)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
+    for row in summary:
+        row["predicted_speedup"] = predicted.get(row["method"]) or ""
+
+
 def _read_json(path: Path):
     """A config.json torn by an interruption reads as None (it is rewritten whole)."""
     try:
@@ -191,6 +200,7 @@ def run_bench(args) -> list:
                 step_rows += srows
             write_csv(steps_path, STEP_COLS, step_rows)
     summary = summarize_rows(list(done.values()))
+    add_predictions(summary, pipe, cfgs)
     write_csv(out / "summary.csv", SUMMARY_COLS, summary)
     return summary
 

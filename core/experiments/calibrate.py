@@ -188,7 +188,8 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
         s = cost.Shape(d.gamma, 1, d.gamma) if d.shape == "chain" else cost.Shape(d.depth, d.top_k, d.tree_size)
         best, best_x = cost.best_shape(c, ac, m)
         tau = 1 + cost.expected_accepted(ac, s)
-        rows.append({"method": m, "shape": shape_name(s), "predicted_tau": tau, "break_even_tau": cost.break_even_tau(c, m, s),
+        rows.append({"method": m, "shape": shape_name(s), "predicted_tau": tau,
+                     "break_even_tau": cost.break_even_tau(c, m, s),
                      "predicted_speedup": cost.predicted_speedup(c, ac, m, s), "best_shape": shape_name(best),
                      "best_speedup": best_x, "t_step_ms": cost.step_ms(c, m, s, tau), "t_ar_ms": c.at(c.verify, 1)})
     return rows

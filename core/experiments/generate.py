@@ -8,6 +8,7 @@ from dataclasses import replace
 from core.config import METHODS
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
+from core.experiments.calibrate import prediction
 
 
 def run_once(pipe, prompt, cfg, chat=True) -> tuple:
@@ -34,6 +35,8 @@ def main(argv=None) -> int:
     out = summarize(records, wall)
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
                dtype=str(pipe.model.dtype).removeprefix("torch."))
+    if cfg.method != "ar":
+        out.update(prediction(pipe, cfg))
     if args.compare_ar:
         ar, ar_wall = run_once(pipe, args.prompt, replace(cfg, method="ar"), not args.no_chat)
         cmp = compare_to_ar(records, ar)
