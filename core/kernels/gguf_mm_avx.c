@@ -4,12 +4,12 @@
  * w = bf16(fl32(D·q − M)) (one fused multiply-add per value, as gguf_mm.c), one tile row r (inputs 2r, 2r + 1 of the
  * 16 outputs, element e = 2n' + (k & 1)) at a time, and multiplied with every row of x while it is in a register.
  *   isa 2  AVX512-BF16: a row is one zmm of 32 bf16; y[n'] += w[2n']·x[2r] + w[2n'+1]·x[2r+1] is one `vdpbf16ps`
- *          with x's pair broadcast. Tile row r goes into accumulator r % 4; y = bf16((a0 + a1) + (a2 + a3)).
+ *          with x's pair broadcast. Tile row r goes into accumulator r % 2; y = bf16(a0 + a1).
  *   isa 1  AVX2 + FMA: a row is four ymm of 8 fp32 (the bf16 weights widened); acc[e] += w[e]·x[2r + (e & 1)] by
  *          one FMA each, x converted to fp32 once; y[n'] = bf16(acc[2n'] + acc[2n' + 1]).
  * Every row of x takes the same sequence of operations on its accumulators whatever m is (rows are handled in groups
- * of up to GROUP, the weights either rebuilt in registers — up to GROUP rows — or read back from a block decoded once
- * into a buffer), so each output row is bit-stable: a tree's verify rows equal 1-token passes bit for bit.
+ * of up to GROUP, the weights either rebuilt in registers — up to GROUP rows — or read back from CHUNK tiles decoded
+ * once into an L1 buffer, the accumulators kept in memory between chunks), so each output row is bit-stable: a tree's verify rows equal 1-token passes bit for bit.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -87,16 +87,18 @@ T512 __m512bh row512(int type, const uint8_t *q, const __m512 sc[4], int r) {
     return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
-#define GROUP512 4
+#define GROUP512 8  /* rows whose accumulators stay in registers (2 zmm each) */
+#define CHUNK 8      /* tiles decoded at a time for more rows (8 KB bf16 / 16 KB fp32: L1) */
 
-/* rows x[0..R) (stride k) · block j's tiles -> out [R, 16] fp32. Weights from its codes (wb NULL) or from wb, the
- * block decoded [tiles, 16, 32] bf16: the same operations on each row's accumulators either way */
-T512 void block512(const int R, const int type, const int B, const uint8_t *q, const uint8_t *s, const float *dd,
-                   int tiles, const uint16_t *wb, const uint16_t *x, int k, float *out) {
-    __m512 acc[GROUP512][4];
+/* rows x[0..R) (stride k) · tiles [t0, t1) of one block, into acc [R][32] fp32 (zeroed first when `first`). Weights
+ * rebuilt from the codes (B = 0) or read from wb, tiles t0.. decoded [16, 32] bf16 each (B = 1): the same operations on
+ * each row's accumulators either way. Tile row r goes into accumulator r & 1 */
+T512 void span512(const int R, const int type, const int B, const uint8_t *q, const uint8_t *s, const float *dd,
+                  int t0, int t1, const uint16_t *wb, const uint16_t *x, int k, float *accm, int first) {
+    __m512 acc[GROUP512][2];
     for (int i = 0; i < R; i++)
-        for (int p = 0; p < 4; p++) acc[i][p] = _mm512_setzero_ps();
-    for (int t = 0; t < tiles; t++) {
+        for (int p = 0; p < 2; p++) acc[i][p] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(accm + 32 * i + 16 * p);
+    for (int t = t0; t < t1; t++) {
         __m512 sc[4];
         if (!B) {
             prefetch_tile(type, q, s, t);
@@ -105,46 +107,43 @@ T512 void block512(const int R, const int type, const int B, const uint8_t *q, c
         const uint8_t *qt = q + tile_bytes(type) * t;
         #pragma GCC unroll 16
         for (int r = 0; r < 16; r++) {
-            __m512bh w = B ? (__m512bh)_mm512_load_si512(wb + 512 * t + 32 * r) : row512(type, qt, sc, r);
+            __m512bh w = B ? (__m512bh)_mm512_load_si512(wb + 512 * (t - t0) + 32 * r) : row512(type, qt, sc, r);
             for (int i = 0; i < R; i++) {
                 int32_t pair;
                 memcpy(&pair, x + (size_t)i * k + 32 * t + 2 * r, 4);
-                acc[i][r & 3] = _mm512_dpbf16_ps(acc[i][r & 3], (__m512bh)_mm512_set1_epi32(pair), w);
+                acc[i][r & 1] = _mm512_dpbf16_ps(acc[i][r & 1], (__m512bh)_mm512_set1_epi32(pair), w);
             }
         }
     }
     for (int i = 0; i < R; i++)
-        _mm512_storeu_ps(out + 16 * i, _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][1]), _mm512_add_ps(acc[i][2], acc[i][3])));
+        for (int p = 0; p < 2; p++) _mm512_storeu_ps(accm + 32 * i + 16 * p, acc[i][p]);
 }
 
-T512F static void decode_block512(int type, const uint8_t *q, const uint8_t *s, const float *dd, int tiles, uint16_t *wb) {
-    for (int t = 0; t < tiles; t++) {
+T512F static void decode512(int type, const uint8_t *q, const uint8_t *s, const float *dd, int t0, int t1, uint16_t *wb) {
+    for (int t = t0; t < t1; t++) {
         __m512 sc[4];
         prefetch_tile(type, q, s, t);
         scales512(type, s + 32 * t, tile_dd(type, dd, t), sc);
         for (int r = 0; r < 16; r++)
-            _mm512_store_si512(wb + 512 * t + 32 * r, (__m512i)row512(type, q + tile_bytes(type) * t, sc, r));
+            _mm512_store_si512(wb + 512 * (t - t0) + 32 * r, (__m512i)row512(type, q + tile_bytes(type) * t, sc, r));
     }
 }
 
-/* up to GROUP512 rows with the weights rebuilt in registers (R, type as constants) */
-T512F static void fused512(int R, int type, const uint8_t *q, const uint8_t *s, const float *dd, int tiles,
-                           const uint16_t *x, int k, float *out) {
-    #define F512(r) case r: type ? block512(r, 1, 0, q, s, dd, tiles, NULL, x, k, out) \
-                                 : block512(r, 0, 0, q, s, dd, tiles, NULL, x, k, out); break;
-    switch (R) { F512(1) F512(2) F512(3) F512(4) }
-    #undef F512
+/* span512 with R, type, B as constants */
+T512F static void spans512(int R, int type, int B, const uint8_t *q, const uint8_t *s, const float *dd, int t0, int t1,
+                           const uint16_t *wb, const uint16_t *x, int k, float *accm, int first) {
+    #define S512(r) case r: { if (B) span512(r, 0, 1, q, s, dd, t0, t1, wb, x, k, accm, first); \
+                            else if (type) span512(r, 1, 0, q, s, dd, t0, t1, wb, x, k, accm, first); \
+                            else span512(r, 0, 0, q, s, dd, t0, t1, wb, x, k, accm, first); } break;
+    switch (R) { S512(1) S512(2) S512(3) S512(4) S512(5) S512(6) S512(7) S512(8) }
+    #undef S512
 }
 
-T512F static void buffered512(int R, const uint16_t *wb, int tiles, const uint16_t *x, int k, float *out) {
-    #define B512(r) case r: block512(r, 0, 1, NULL, NULL, NULL, tiles, wb, x, k, out); break;
-    switch (R) { B512(1) B512(2) B512(3) B512(4) }
-    #undef B512
-}
-
-T512F static void store512(const float *c, int R, uint16_t *y, int n, int j) {
-    for (int i = 0; i < R; i++)
-        _mm256_storeu_si256((__m256i *)(y + (size_t)i * n + 16 * j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(c + 16 * i)));
+T512F static void store512(const float *accm, int m, uint16_t *y, int n, int j) {  /* y = bf16(acc0 + acc1) */
+    for (int i = 0; i < m; i++) {
+        __m512 v = _mm512_add_ps(_mm512_loadu_ps(accm + 32 * i), _mm512_loadu_ps(accm + 32 * i + 16));
+        _mm256_storeu_si256((__m256i *)(y + (size_t)i * n + 16 * j), (__m256i)_mm512_cvtneps_pbh(v));
+    }
 }
 
 /* ---------------------------------------------------------------- AVX2 + FMA */
@@ -187,15 +186,15 @@ T2 void row2(int type, const uint8_t *q, const float sc[8][8], int r, __m256 w[4
     }
 }
 
-#define GROUP2 2
+#define GROUP2 2  /* rows whose accumulators stay in registers (4 ymm each) */
 
-/* as block512 with fp32 x (xf, stride k) and wb [tiles, 16, 32] fp32 */
-T2 void block2(const int R, const int type, const int B, const uint8_t *q, const uint8_t *s, const float *dd,
-               int tiles, const float *wb, const float *xf, int k, float *out) {
+/* as span512 with fp32 x (xf, stride k) and wb tiles of [16, 32] fp32; acc [R][32]: lane e of tile rows' sums */
+T2 void span2(const int R, const int type, const int B, const uint8_t *q, const uint8_t *s, const float *dd,
+              int t0, int t1, const float *wb, const float *xf, int k, float *accm, int first) {
     __m256 acc[GROUP2][4];
     for (int i = 0; i < R; i++)
-        for (int h = 0; h < 4; h++) acc[i][h] = _mm256_setzero_ps();
-    for (int t = 0; t < tiles; t++) {
+        for (int h = 0; h < 4; h++) acc[i][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(accm + 32 * i + 8 * h);
+    for (int t = t0; t < t1; t++) {
         float sc[8][8] __attribute__((aligned(32)));
         if (!B) {
             prefetch_tile(type, q, s, t);
@@ -205,7 +204,7 @@ T2 void block2(const int R, const int type, const int B, const uint8_t *q, const
         for (int r = 0; r < 16; r++) {
             __m256 w[4];
             if (B)
-                for (int h = 0; h < 4; h++) w[h] = _mm256_load_ps(wb + 512 * t + 32 * r + 8 * h);
+                for (int h = 0; h < 4; h++) w[h] = _mm256_load_ps(wb + 512 * (t - t0) + 32 * r + 8 * h);
             else
                 row2(type, qt, sc, r, w);
             for (int i = 0; i < R; i++) {
@@ -214,38 +213,30 @@ T2 void block2(const int R, const int type, const int B, const uint8_t *q, const
             }
         }
     }
-    for (int i = 0; i < R; i++) {
-        float c[32];
-        for (int h = 0; h < 4; h++) _mm256_storeu_ps(c + 8 * h, acc[i][h]);
-        for (int o = 0; o < 16; o++) out[16 * i + o] = c[2 * o] + c[2 * o + 1];
-    }
+    for (int i = 0; i < R; i++)
+        for (int h = 0; h < 4; h++) _mm256_storeu_ps(accm + 32 * i + 8 * h, acc[i][h]);
 }
 
-T2F static void decode_block2(int type, const uint8_t *q, const uint8_t *s, const float *dd, int tiles, float *wb) {
-    for (int t = 0; t < tiles; t++) {
+T2F static void decode2(int type, const uint8_t *q, const uint8_t *s, const float *dd, int t0, int t1, float *wb) {
+    for (int t = t0; t < t1; t++) {
         float sc[8][8] __attribute__((aligned(32)));
         prefetch_tile(type, q, s, t);
         scales2(type, s + 32 * t, tile_dd(type, dd, t), sc);
         for (int r = 0; r < 16; r++) {
             __m256 w[4];
             row2(type, q + tile_bytes(type) * t, sc, r, w);
-            for (int h = 0; h < 4; h++) _mm256_store_ps(wb + 512 * t + 32 * r + 8 * h, w[h]);
+            for (int h = 0; h < 4; h++) _mm256_store_ps(wb + 512 * (t - t0) + 32 * r + 8 * h, w[h]);
         }
     }
 }
 
-T2F static void fused2(int R, int type, const uint8_t *q, const uint8_t *s, const float *dd, int tiles,
-                       const float *xf, int k, float *out) {
-    #define F2(r) case r: type ? block2(r, 1, 0, q, s, dd, tiles, NULL, xf, k, out) \
-                               : block2(r, 0, 0, q, s, dd, tiles, NULL, xf, k, out); break;
-    switch (R) { F2(1) F2(2) }
-    #undef F2
-}
-
-T2F static void buffered2(int R, const float *wb, int tiles, const float *xf, int k, float *out) {
-    #define B2(r) case r: block2(r, 0, 1, NULL, NULL, NULL, tiles, wb, xf, k, out); break;
-    switch (R) { B2(1) B2(2) }
-    #undef B2
+T2F static void spans2(int R, int type, int B, const uint8_t *q, const uint8_t *s, const float *dd, int t0, int t1,
+                       const float *wb, const float *xf, int k, float *accm, int first) {
+    #define S2(r) case r: { if (B) span2(r, 0, 1, q, s, dd, t0, t1, wb, xf, k, accm, first); \
+                          else if (type) span2(r, 1, 0, q, s, dd, t0, t1, wb, xf, k, accm, first); \
+                          else span2(r, 0, 0, q, s, dd, t0, t1, wb, xf, k, accm, first); } break;
+    switch (R) { S2(1) S2(2) }
+    #undef S2
 }
 
 static inline uint16_t bf16_of(float f) { /* RNE; f is a sum of finite products */
@@ -256,37 +247,35 @@ static inline uint16_t bf16_of(float f) { /* RNE; f is a sum of finite products 
 
 /* ---------------------------------------------------------------- dispatch */
 
-/* y[0..m) rows, block j of 16 outputs, isa 2 / 1; wb: this thread's buffer of one decoded block */
+static void store2(const float *accm, int m, uint16_t *y, int n, int j) {  /* y[o] = bf16(acc[2o] + acc[2o + 1]) */
+    for (int i = 0; i < m; i++)
+        for (int o = 0; o < 16; o++) y[(size_t)i * n + 16 * j + o] = bf16_of(accm[32 * i + 2 * o] + accm[32 * i + 2 * o + 1]);
+}
+
+/* block j of 16 outputs for all m rows, by isa 2 / 1: up to a group of rows rebuild the weights in registers, more
+ * decode CHUNK tiles at a time into wb and run each group of rows over them; accm [m][32]: the rows' accumulators */
 static void rows_block(int isa, int m, int k, int n, int j, int type, const uint8_t *q, const uint8_t *s, const float *dd,
-                       const void *x, void *wb, uint16_t *y) {
-    int tiles = k / 32, group = isa == 2 ? GROUP512 : GROUP2, buffered = m > group;
-    float out[GROUP512 * 16];
-    if (buffered) {
-        if (isa == 2) decode_block512(type, q, s, dd, tiles, wb);
-        else decode_block2(type, q, s, dd, tiles, wb);
-    }
-    for (int g = 0; g < m; g += group) {
-        int R = m - g < group ? m - g : group;
-        if (isa == 2) {
-            const uint16_t *xg = (const uint16_t *)x + (size_t)g * k;
-            if (buffered) buffered512(R, wb, tiles, xg, k, out);
-            else fused512(R, type, q, s, dd, tiles, xg, k, out);
-            store512(out, R, y + (size_t)g * n, n, j);
-        } else {
-            const float *xg = (const float *)x + (size_t)g * k;
-            if (buffered) buffered2(R, wb, tiles, xg, k, out);
-            else fused2(R, type, q, s, dd, tiles, xg, k, out);
-            for (int i = 0; i < R; i++)
-                for (int o = 0; o < 16; o++) y[(size_t)(g + i) * n + 16 * j + o] = bf16_of(out[16 * i + o]);
+                       const void *x, void *wb, float *accm, uint16_t *y) {
+    int tiles = k / 32, group = isa == 2 ? GROUP512 : GROUP2;
+    for (int t0 = 0; t0 < tiles; t0 += m > group ? CHUNK : tiles) {
+        int t1 = m <= group || t0 + CHUNK > tiles ? tiles : t0 + CHUNK, B = m > group;
+        if (B && isa == 2) decode512(type, q, s, dd, t0, t1, wb);
+        if (B && isa != 2) decode2(type, q, s, dd, t0, t1, wb);
+        for (int g = 0; g < m; g += group) {
+            int R = m - g < group ? m - g : group;
+            if (isa == 2) spans512(R, type, B, q, s, dd, t0, t1, wb, (const uint16_t *)x + (size_t)g * k, k, accm + 32 * g, t0 == 0);
+            else spans2(R, type, B, q, s, dd, t0, t1, wb, (const float *)x + (size_t)g * k, k, accm + 32 * g, t0 == 0);
         }
     }
+    if (isa == 2) store512(accm, m, y, n, j);
+    else store2(accm, m, y, n, j);
 }
 
 /* isa 2 (AVX512-BF16) or 1 (AVX2 + FMA); the arguments of codes_mm (gguf_mm.c) */
 void codes_mm_avx(int isa, const uint16_t *x, int m, int k, int n, const uint8_t *types, const int64_t *code_off,
                   const int64_t *sm_off, const int64_t *dd_off, const uint8_t *codes, const uint8_t *sm, const float *dd,
                   uint16_t *y, int threads) {
-    int blocks = n / 16, tiles = k / 32, group = isa == 2 ? GROUP512 : GROUP2;
+    int blocks = n / 16;
     float *xf = NULL;
     if (isa != 2) {  /* bf16 -> fp32 is exact */
         xf = malloc((size_t)m * k * sizeof(float));
@@ -297,11 +286,13 @@ void codes_mm_avx(int isa, const uint16_t *x, int m, int k, int n, const uint8_t
     }
     #pragma omp parallel num_threads(threads)
     {
-        void *wb = m > group ? aligned_alloc(64, (size_t)tiles * 512 * (isa == 2 ? 2 : 4)) : NULL;
+        void *wb = aligned_alloc(64, (size_t)CHUNK * 512 * 4);
+        float *accm = malloc((size_t)m * 32 * sizeof(float));
         #pragma omp for schedule(static)
         for (int j = 0; j < blocks; j++)
             rows_block(isa, m, k, n, j, types[j], codes + code_off[j], sm + sm_off[j], dd + dd_off[j],
-                       isa == 2 ? (const void *)x : (const void *)xf, wb, y);
+                       isa == 2 ? (const void *)x : (const void *)xf, wb, accm, y);
+        free(accm);
         free(wb);
     }
     free(xf);
@@ -318,8 +309,8 @@ void codes_decode_avx(int isa, int k, int n, const uint8_t *types, const int64_t
         #pragma omp for schedule(static)
         for (int j = 0; j < blocks; j++) {
             const uint8_t *q = codes + code_off[j], *s = sm + sm_off[j];
-            if (isa == 2) decode_block512(types[j], q, s, dd + dd_off[j], tiles, wb);
-            else decode_block2(types[j], q, s, dd + dd_off[j], tiles, wb);
+            if (isa == 2) decode512(types[j], q, s, dd + dd_off[j], 0, tiles, wb);
+            else decode2(types[j], q, s, dd + dd_off[j], 0, tiles, wb);
             for (int t = 0; t < tiles; t++)
                 for (int r = 0; r < 16; r++)
                     for (int e = 0; e < 32; e++) {

@@ -13,7 +13,7 @@ Weights come from the transformers model, re-laid out once (q|k|v and gate|up fu
   nearly flat in the row count up to 16, and each output row does not depend on the other rows.
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
-- codes (bf16 models converted from a GGUF, on AMX): in place of packed, each matrix whose Q4_K / Q6_K codes decode to
+- codes (bf16 models converted from a GGUF, on AMX, AVX512-BF16 or AVX2: core/kernels/isa.py): in place of packed, each matrix whose Q4_K / Q6_K codes decode to
   its bf16 weights bit for bit is multiplied on those codes (core/kernels/gguf_codes.py): a third of the bytes, the
   same weights, each output row independent of the other rows at any row count.
 Activations (residual stream, norms, rope) are fp32 whatever the weights' dtype, KV cache and attention fp32
@@ -34,7 +34,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from core.kernels import cpu_layer, gguf_codes
+from core.kernels import cpu_layer, gguf_codes, isa
 from core.runtime.runner import EagerRunner, window_of
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
@@ -276,11 +276,12 @@ def codes_forms(codes, w) -> "Forms | None":
 
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:
     """{matrix: Codes} ('head', 'i.wqkv', ...) for a bf16 model converted from a GGUF (`speclens_gguf`, set by
-    core.models.load_model) where codes_mm runs; {} otherwise or with fc.codes off."""
-    path = getattr(model, "speclens_gguf", None)
-    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and cpu_layer.amx_ok()):
+    core.models.load_model) where a codes_mm variant runs (isa.codes_variant, fixed in each Codes); {} otherwise or with
+    fc.codes off."""
+    path, variant = getattr(model, "speclens_gguf", None), isa.codes_variant()
+    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and variant != "none"):
         return {}
-    return gguf_codes.model_codes(path, a.n_layers)
+    return {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:
@@ -297,7 +298,7 @@ class Forms(NamedTuple):
     blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
     packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
     quant: tuple | None = None           # (kind, implementation, tensors...): see quantize
-    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm, AMX)
+    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm)
 
 
 def forms(wt, fc: FastConfig) -> Forms:
@@ -319,7 +320,7 @@ def quantize(w, kind: str) -> tuple:
         scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
         return "int8", "torch", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
     q, scale, lo = int4_codes(w32)
-    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and cpu_layer.int4_available():
+    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and isa.int4_vnni():
         return "int4", "vnni", cpu_layer.pack_int4(q, INT4_GROUP), scale.contiguous(), lo.contiguous()
     scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
     return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), INT4_GROUP, scales_zeros
@@ -361,7 +362,7 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them. Quantized
     weights extend the model's own (the LM head, what the draft heads study, is never quantized)."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes)
+    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes, isa.codes_variant())
     if key not in memo and fast_cfg.weights in QUANTS:
         *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
         memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))
@@ -508,7 +509,8 @@ class FastRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
-        self.on_codes = any(f.codes is not None for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES])
+        used = [f.codes.variant for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES] if f.codes]
+        self.on_codes, self.codes_variant = bool(used), isa.LABELS[used[0]] if used else ""  # e.g. avx512-bf16
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 
