@@ -44,6 +44,15 @@ def timed(fn, reps: int) -> float:
     return best
 
 
+def layers_pass(v: str, mats: list, packed: list, xs: tuple):
+    """One pass over the layers' products by variant v (or oneDNN's packed copies): a function to time."""
+    from core.runtime.fast import packed_mm
+    if v == "packed":
+        return lambda: [packed_mm(xs[i % 4 == 3], w) for i, w in enumerate(packed)]
+    cs = [c._replace(variant=v) for c in mats]
+    return lambda: [g.codes_mm(xs[i % 4 == 3], c) for i, c in enumerate(cs)]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m core.experiments.bench_codes", description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="qwen2.5-1.5b", choices=list(SHAPES))
@@ -61,7 +70,7 @@ def main(argv=None):
     head = g.matrix_codes([("Q6_K", random_blocks("Q6_K", s["vocab"], s["d"], 999), s["vocab"], s["d"])])
     packed = []
     if a.packed:
-        from core.runtime.fast import pack, packed_mm
+        from core.runtime.fast import pack
         packed = [pack(g.decode(c._replace(variant=variants[0]))) for c in mats]
     scale = s["layers"] / a.layers
     layer_bytes = sum(c.nbytes for c in mats)
@@ -70,23 +79,11 @@ def main(argv=None):
           f"head {head.nbytes / 1e6:.0f} MB; {a.threads} threads; variants {variants}; shared machine")
     print(f"{'rows':>4} {'variant':<12} {'layers ms':>10} {'head ms':>8} {'total ms':>9} {'codes GB/s':>10}")
     for m in a.rows:
-        x = torch.randn(m, s["d"]).bfloat16()
-        xf = torch.randn(m, s["ffn"]).bfloat16()
-        res = {}
+        xs = (torch.randn(m, s["d"]).bfloat16(), torch.randn(m, s["ffn"]).bfloat16())  # inputs of d / of the down proj
         for v in variants + (["packed"] if packed else []):
-            if v == "packed":
-                def run():
-                    for i, w in enumerate(packed):
-                        packed_mm(xf if i % 4 == 3 else x, w)
-            else:
-                cs = [c._replace(variant=v) for c in mats]
-
-                def run():
-                    for i, c in enumerate(cs):
-                        g.codes_mm(xf if i % 4 == 3 else x, c)
-            t_layers = timed(run, a.reps) * scale
-            t_head = timed(lambda: g.codes_mm(x, head._replace(variant=v if v != "packed" else variants[0])), a.reps)
-            res[v] = (t_layers, t_head)
+            t_layers = timed(layers_pass(v, mats, packed, xs), a.reps) * scale
+            hv = head._replace(variant=v if v != "packed" else variants[0])
+            t_head = timed(lambda: g.codes_mm(xs[0], hv), a.reps)  # noqa: B023 (timed at once)
             total = t_layers + t_head
             gbs = (layer_bytes * scale + head.nbytes) / total / 1e9 if v != "packed" else float("nan")
             print(f"{m:>4} {v:<12} {1e3 * t_layers:>10.1f} {1e3 * t_head:>8.1f} {1e3 * total:>9.1f} {gbs:>10.1f}",
