@@ -87,7 +87,7 @@ T512 __m512bh row512(int type, const uint8_t *q, const __m512 sc[4], int r) {
     return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
-#define GROUP512 8  /* rows whose accumulators stay in registers (2 zmm each) */
+#define GROUP512 12  /* rows whose accumulators stay in registers (2 zmm each; a 9-row verify stays fused) */
 #define CHUNK 8      /* tiles decoded at a time for more rows (8 KB bf16 / 16 KB fp32: L1) */
 
 /* rows x[0..R) (stride k) · tiles [t0, t1) of one block, into acc [R][32] fp32 (zeroed first when `first`). Weights
@@ -135,7 +135,7 @@ T512F static void spans512(int R, int type, int B, const uint8_t *q, const uint8
     #define S512(r) case r: { if (B) span512(r, 0, 1, q, s, dd, t0, t1, wb, x, k, accm, first); \
                             else if (type) span512(r, 1, 0, q, s, dd, t0, t1, wb, x, k, accm, first); \
                             else span512(r, 0, 0, q, s, dd, t0, t1, wb, x, k, accm, first); } break;
-    switch (R) { S512(1) S512(2) S512(3) S512(4) S512(5) S512(6) S512(7) S512(8) }
+    switch (R) { S512(1) S512(2) S512(3) S512(4) S512(5) S512(6) S512(7) S512(8) S512(9) S512(10) S512(11) S512(12) }
     #undef S512
 }
 
