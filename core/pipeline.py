@@ -42,7 +42,9 @@ def runtime_note(runner) -> str:
     name = getattr(runner, "runtime_name", "eager")
     dtype = getattr(getattr(runner, "head_weight", None), "dtype", None)
     name += {torch.bfloat16: " bf16", torch.float32: " fp32"}.get(dtype, "")
-    name += " on its GGUF codes" if getattr(runner, "on_codes", False) else ""
+    if getattr(runner, "on_codes", False):
+        variant = getattr(runner, "codes_variant", "")
+        name += f" on its GGUF codes ({variant})" if variant else " on its GGUF codes"
     why = getattr(runner, "fallback_reason", "") or getattr(runner, "kernels_reason", "")
     exact = "exact" if getattr(runner, "exact_reason", None) == "" else "lossless up to rounding"
     if name.startswith("fast") and why:

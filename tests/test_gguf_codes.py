@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.kernels.cpu import cpu_layer, gguf_codes as g
+from core.kernels.cpu import gguf_codes as g
+from core.kernels.cpu import isa
 
-needs_amx = pytest.mark.skipif(not cpu_layer.amx_ok(), reason="codes_mm needs AMX-BF16")
+needs_codes = pytest.mark.skipif(isa.codes_variant() == "none", reason="no codes_mm variant here (core/kernels/cpu/isa.py)")
 BYTES = {"Q4_K": 144, "Q6_K": 210}
 
 
@@ -78,14 +79,14 @@ def test_tensors_the_tiles_cannot_hold_are_refused_by_name():
         g.tensor_codes("Q4_K", random_blocks("Q4_K", 24, 256), 24, 256)
 
 
-@needs_amx
+@needs_codes
 def test_the_kernel_decodes_the_weights_bit_for_bit():
     c, w = fused()
     assert g.exact(c, w)
     assert not g.exact(c, w.roll(1, 0))
 
 
-@needs_amx
+@needs_codes
 def test_codes_mm_is_the_product_with_the_decoded_weights():
     c, w = fused()
     x = torch.randn(11, c.k, generator=torch.Generator().manual_seed(0)).bfloat16()
@@ -95,7 +96,7 @@ def test_codes_mm_is_the_product_with_the_decoded_weights():
     assert ((y.double() - ref).abs().max() / ref.abs().max()) < 2 ** -7  # bf16 output rounding, fp32 sums
 
 
-@needs_amx
+@needs_codes
 def test_each_row_is_the_same_whatever_rows_share_the_call():
     c, _ = fused()
     x = torch.randn(70, c.k, generator=torch.Generator().manual_seed(1)).bfloat16()
@@ -104,7 +105,7 @@ def test_each_row_is_the_same_whatever_rows_share_the_call():
         assert torch.equal(g.codes_mm(x[:m], c), alone[:m]), m
 
 
-@needs_amx
+@needs_codes
 def test_no_rows_or_a_wrong_input_size_is_refused():
     c, _ = fused()
     for rows, k in ((0, 512), (1, 256)):
@@ -167,7 +168,7 @@ def on_codes(runner) -> list:
     return [runner.head_t.codes is not None] + [w[k].codes is not None for w in runner.layers for k in MATRICES]
 
 
-@needs_amx
+@needs_codes
 @pytest.mark.parametrize("method", ["full", "nanospec"])
 def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, method):
     from core.config import SpecConfig
@@ -189,7 +190,7 @@ def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_gre
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 
 
-@needs_amx
+@needs_codes
 def test_codes_are_packed_once_and_their_products_agree_with_onednns(tmp_path):
     from core.runtime.config import FastConfig
     from core.runtime.fast import FastRunner
@@ -202,7 +203,7 @@ def test_codes_are_packed_once_and_their_products_agree_with_onednns(tmp_path):
     assert (a - b).abs().max() <= 0.02 * b.abs().max()  # the same bf16 weights, summed in another order
 
 
-@needs_amx
+@needs_codes
 def test_a_weight_that_differs_from_its_codes_keeps_that_matrix_off_them(tmp_path):
     from core.runtime.fast import FastRunner
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
@@ -211,7 +212,7 @@ def test_a_weight_that_differs_from_its_codes_keeps_that_matrix_off_them(tmp_pat
     assert on_codes(FastRunner(target)) == [True] + [True] * 4 + [True, True, True, False]
 
 
-@needs_amx
+@needs_codes
 def test_the_memory_bound_counts_the_codes_bytes_of_a_model_on_them(tmp_path):
     from core.experiments.bench_pair import step_bytes
     from core.runtime.fast import FastRunner

@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from core.kernels.cpu import isa
 from core.runtime.config import Arch, FastConfig
 from core.runtime.runner import EagerRunner
 from core.runtime.weights import (
@@ -128,7 +129,8 @@ class FastRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
-        self.on_codes = any(f.codes is not None for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES])
+        used = [f.codes.variant for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES] if f.codes]
+        self.on_codes, self.codes_variant = bool(used), isa.LABELS[used[0]] if used else ""  # e.g. avx512-bf16
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 

@@ -12,8 +12,8 @@ in one of these forms, and `mm`, which multiplies by whichever form a matrix has
   nearly flat in the row count up to 16, and each output row does not depend on the other rows.
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
-- codes (bf16 models converted from a GGUF, on AMX): in place of packed, each matrix whose Q4_K / Q6_K codes decode to
-  its bf16 weights bit for bit is multiplied on those codes (core/kernels/cpu/gguf_codes.py): a third of the bytes, the
+- codes (bf16 models converted from a GGUF, on AMX, AVX512-BF16 or AVX2: core/kernels/cpu/isa.py): in place of packed,
+  each matrix whose Q4_K / Q6_K codes decode to its bf16 weights bit for bit is multiplied on those codes (core/kernels/cpu/gguf_codes.py): a third of the bytes, the
   same weights, each output row independent of the other rows at any row count.
 - int8 / int4 (a draft model's layers): weight-only quantized, per output channel or per group of INT4_GROUP inputs.
 With packed bf16 weights a token's logits are bit-identical whether it is verified in a tree / chain of up to PACK_ROWS
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from core.kernels.cpu import cpu_layer, gguf_codes
+from core.kernels.cpu import cpu_layer, gguf_codes, isa
 from core.runtime.config import Arch, FastConfig
 from core.runtime.runner import window_of
 
@@ -245,11 +245,12 @@ def codes_forms(codes, w) -> "Forms | None":
 
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:
     """{matrix: Codes} ('head', 'i.wqkv', ...) for a bf16 model converted from a GGUF (`speclens_gguf`, set by
-    core.models.load_model) where codes_mm runs; {} otherwise or with fc.codes off."""
-    path = getattr(model, "speclens_gguf", None)
-    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and cpu_layer.amx_ok()):
+    core.models.load_model) where a codes_mm variant runs (isa.codes_variant, fixed in each Codes); {} otherwise or with
+    fc.codes off."""
+    path, variant = getattr(model, "speclens_gguf", None), isa.codes_variant()
+    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and variant != "none"):
         return {}
-    return gguf_codes.model_codes(path, a.n_layers)
+    return {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:
@@ -266,7 +267,7 @@ class Forms(NamedTuple):
     blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
     packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
     quant: tuple | None = None           # (kind, implementation, tensors...): see quantize
-    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm, AMX)
+    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm)
 
 
 def forms(wt, fc: FastConfig) -> Forms:
@@ -288,7 +289,7 @@ def quantize(w, kind: str) -> tuple:
         scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
         return "int8", "torch", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
     q, scale, lo = int4_codes(w32)
-    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and cpu_layer.int4_available():
+    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and isa.int4_vnni():
         return "int4", "vnni", cpu_layer.pack_int4(q, INT4_GROUP), scale.contiguous(), lo.contiguous()
     scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
     return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), INT4_GROUP, scales_zeros
@@ -330,7 +331,7 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them. Quantized
     weights extend the model's own (the LM head, what the draft heads study, is never quantized)."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes)
+    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes, isa.codes_variant())
     if key not in memo and fast_cfg.weights in QUANTS:
         *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
         memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))

@@ -1,4 +1,5 @@
-"""A GGUF model's Q4_K / Q6_K matrices kept as their codes, for `codes_mm` (gguf_mm.c, AMX).
+"""A GGUF model's Q4_K / Q6_K matrices kept as their codes, for `codes_mm` (gguf_mm.c on AMX, gguf_mm_avx.c on
+AVX512-BF16 or AVX2 + FMA: core/kernels/cpu/isa.py picks the variant).
 
 A model converted from a GGUF holds w = bf16(fl32(D·q − M)) (gguf-py's dequantizer). codes_mm rebuilds exactly those
 bf16 values inside the product, so the target reads 4.75 / 8.6 bits per weight instead of 16 and computes with the
@@ -12,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from core.kernels.cpu import cpu_layer
+from core.kernels.cpu import cpu_layer, isa
 
 QK = 256            # inputs per superblock
 TYPES = {"Q4_K": 0, "Q6_K": 1}
@@ -29,6 +30,7 @@ class Codes(NamedTuple):
     codes: torch.Tensor     # uint8
     sm: torch.Tensor        # uint8: Q4_K sc | m per tile, Q6_K int8 sc per tile
     dd: torch.Tensor        # float32: per superblock d | dmin (Q4_K) or d (Q6_K)
+    variant: str = ""       # the kernel that multiplies them (isa.ORDER), fixed at load; "" = isa.codes_variant()
 
     @property
     def nbytes(self) -> int:
@@ -127,22 +129,37 @@ def args(c: Codes) -> list:
             c.sm.data_ptr(), c.dd.data_ptr()]
 
 
+AVX_ISA = {"avx512": 2, "avx2": 1}  # codes_mm_avx's isa argument
+
+
+def variant_of(c: Codes) -> str:
+    """The kernel variant for c; RuntimeError where it does not run here."""
+    v = c.variant or isa.codes_variant()
+    if v not in isa.codes_variants() or v == "none":
+        raise RuntimeError(f"codes_mm: no {v} kernel here (variants here: {', '.join(isa.codes_variants())})")
+    return v
+
+
 def codes_mm(x, c: Codes):
     """x [m, k] @ the matrix^T -> bf16 [m, n] (x rounded to bf16); each row the same whatever m is."""
     if x.shape[0] < 1 or x.shape[1] != c.k:
         raise ValueError(f"codes_mm: x [{x.shape[0]}, {x.shape[1]}] needs rows of {c.k} inputs")
-    if not cpu_layer.amx_ok():
-        raise RuntimeError("codes_mm: no AMX-BF16 here (see cpu_layer.amx_ok)")
+    v = variant_of(c)
     x = x.to(torch.bfloat16).contiguous()
     y = torch.empty(x.shape[0], c.n, dtype=torch.bfloat16)
-    cpu_layer.lib().codes_mm(x.data_ptr(), x.shape[0], c.k, c.n, *args(c), y.data_ptr(), torch.get_num_threads())
+    head = [] if v == "amx" else [AVX_ISA[v]]
+    getattr(cpu_layer.lib(), "codes_mm" if v == "amx" else "codes_mm_avx")(
+        *head, x.data_ptr(), x.shape[0], c.k, c.n, *args(c), y.data_ptr(), torch.get_num_threads())
     return y
 
 
 def decode(c: Codes):
-    """The matrix the codes stand for, bf16 [n, k]."""
+    """The matrix the codes stand for, bf16 [n, k] (decoded by c's variant)."""
+    v = variant_of(c)
     w = torch.empty(c.n, c.k, dtype=torch.bfloat16)
-    cpu_layer.lib().codes_decode(c.k, c.n, *args(c), w.data_ptr(), torch.get_num_threads())
+    head = [] if v == "amx" else [AVX_ISA[v]]
+    getattr(cpu_layer.lib(), "codes_decode" if v == "amx" else "codes_decode_avx")(
+        *head, c.k, c.n, *args(c), w.data_ptr(), torch.get_num_threads())
     return w
 
 

@@ -1,0 +1,49 @@
+"""Which CPU kernel variant runs: the best this CPU has, capped by SPECLENS_CPU_ISA=amx|avx512|avx2|none.
+
+- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c)
+- avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
+- avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights)
+- none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
+The cap lets one machine run and test every variant below its best one.
+"""
+import functools
+import os
+
+from core.errors import SpecError
+from core.kernels.cpu import cpu_layer
+
+ORDER = ("amx", "avx512", "avx2", "none")  # best first
+LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}
+ENV = "SPECLENS_CPU_ISA"
+
+
+@functools.cache
+def codes_variants() -> tuple:
+    """The codes_mm variants this CPU and build run, best first ("none" always)."""
+    lib = cpu_layer.lib()
+    bits = lib.codes_isa() if lib is not None else 0
+    have = {"amx": cpu_layer.amx_ok(), "avx512": bool(bits & 2), "avx2": bool(bits & 1), "none": True}
+    return tuple(v for v in ORDER if have[v])
+
+
+def cap() -> str:
+    """SPECLENS_CPU_ISA (default: amx, i.e. no cap); SpecError for another value."""
+    value = os.environ.get(ENV, "").strip().lower() or "amx"
+    if value not in ORDER:
+        raise SpecError(f"{ENV}={value!r}: use one of {', '.join(ORDER)}")
+    return value
+
+
+def allowed(variant: str) -> bool:
+    """Whether the cap lets `variant` run (it may still be missing here: see codes_variants)."""
+    return ORDER.index(variant) >= ORDER.index(cap())
+
+
+def codes_variant() -> str:
+    """The codes_mm variant that runs: the best one here that the cap allows ("none": no codes products)."""
+    return next(v for v in codes_variants() if allowed(v))
+
+
+def int4_vnni() -> bool:
+    """Whether int4_mm (AVX512-VNNI) runs: built here, and the cap allows avx512."""
+    return allowed("avx512") and cpu_layer.int4_available()
