@@ -22,6 +22,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "bench-runtime": "core.experiments.runtime_bench",
     "device-check": "core.experiments.device_check",
     "export": "core.experiments.export",
+    "maps": "core.maps.cli",  # check | compare: the token-map doctor
     "example": "core.example",
 }
 
