@@ -5,7 +5,7 @@ import pytest
 
 from imports import cycles, external_imports, graph, modules_under, project_imports
 
-PACKAGES = ("core", "core.spec", "core.runtime", "core.kernels", "core.experiments", "core.train")
+PACKAGES = ("core", "core.spec", "core.runtime", "core.kernels", "core.experiments", "core.train", "core.maps")
 CORE = [m for p in PACKAGES for m in modules_under(p)]
 # experiments, training and entry points: `python -m core ...` subcommands and what only they use
 ENTRIES = {"core.__main__", "core.cli", "core.kernels.bench"} | {

@@ -215,7 +215,7 @@ def test_a_map_from_python_m_core_export_passes_clean(capsys, tmp_path):
 @pytest.mark.model
 def test_the_static_map_head_is_lossless_and_a_map_without_the_answer_s_tokens_accepts_less(default_pipeline):
     from core.maps.accept import run_static, tau, tokens
-    from core.maps.compare import engine_config
+    from core.maps.accept import engine_config
     prompt = "Write a Python function that returns the sum of the squares of a list of numbers."
     cfg = lambda m: engine_config("smollm2-135m-instruct", m, 32)
     ar = tokens(list(default_pipeline.run(prompt, cfg("ar"))))

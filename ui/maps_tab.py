@@ -28,7 +28,8 @@ def facts_of(model_id: str):
 @functools.lru_cache(maxsize=4)
 def prompt_runs(model_id: str) -> list:
     """Tokenized shipped prompts with the text-alone I_t (compare's --prompt-tokens mode)."""
-    from core.maps.compare import choose_prompts, engine_config, prompt_tokens
+    from core.maps.accept import engine_config
+    from core.maps.compare import choose_prompts, prompt_tokens
     from core.prompts import DEFAULT_PROMPTS
     cfg = engine_config(model_id, "nanospec", 64)
     return prompt_tokens(choose_prompts([str(DEFAULT_PROMPTS)], None), facts_of(model_id), cfg, None)

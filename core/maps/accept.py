@@ -21,6 +21,14 @@ def first_per_category(prompts, n: int) -> list:
     return order[:n]
 
 
+def engine_config(model_id, method: str, max_new_tokens: int) -> SpecConfig:
+    """The model's measured draft shape, context drafting off (the head alone drafts), greedy."""
+    from core.models import draft_defaults
+    keys = set(SpecConfig.__dataclass_fields__)
+    shape = {k: v for k, v in draft_defaults(model_id).items() if k in keys}
+    return SpecConfig(**{**shape, "method": method, "max_new_tokens": max_new_tokens, "context": "off"}).validate()
+
+
 def run_static(pipe, prompt_ids: list, cfg: SpecConfig, ids: torch.Tensor) -> list:
     """StepRecords of one generation with the draft head restricted to `ids` (Pipeline.run's path, frspec head)."""
     from core.pipeline import build_head, generate  # the engine and head builder Pipeline.run uses
@@ -44,7 +52,6 @@ def tokens(records) -> list:
 def acceptance(model_id, cols: dict, prompts, n_prompts: int, max_new_tokens: int) -> dict:
     """{"prompts", "tokens", "rows": [{name, size, tau, vs_full, identical}]} with the full head, each map column
     and NanoSpec; identical = every run's tokens equal plain greedy decoding's."""
-    from core.maps.compare import engine_config
     from core.pipeline import Pipeline
     pipe = Pipeline.load(model_id)
     if pipe.drafter is None or pipe.draft_name == "context":

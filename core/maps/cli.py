@@ -30,6 +30,8 @@ def parse_args(argv):
     m.add_argument("--prompts", nargs="+", default=[str(DEFAULT_PROMPTS)], metavar="FILE")
     m.add_argument("--prompt-tokens", action="store_true",
                    help="coverage of the tokenized prompts (fast), not of the target's greedy outputs")
+    m.add_argument("--candidates", action="store_true",
+                   help="with --prompt-tokens: NanoSpec's I_t also holds the target's top-K_pre at each prompt position")
     m.add_argument("--per-category", type=int, default=None, metavar="N", help="at most N prompts per category")
     m.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="greedy tokens per prompt (outputs)")
     m.add_argument("--accept", action="store_true", help="also measure acceptance with each map (our engine)")

@@ -5,10 +5,10 @@ Coverage = the fraction of tokens that lie in the map, on one of two token sets:
     outputs  the target's own greedy tokens: each prompt (chat template) runs through the engine with method
              nanospec (lossless: these are the target's greedy tokens); the decode steps' tokens count (the first
              token, from the prefill, is left out: no draft proposes it). NanoSpec's column: the step's I_t held it.
-    prompts  the tokenized prompt texts (no chat template, no generation): fast, and the fallback when the model
-             cannot load. NanoSpec's column, teacher-forced: token x_j is covered when it lies among the last
-             W_max entries of the stream x_0, top-K_pre(l_0), x_1, top-K_pre(l_1), … up to position j-1
-             (l = the target's logits on the text; without the model, K_pre = 0: the text alone).
+    prompts  the tokenized prompt texts (no chat template, no generation, no model weights): fast, and the fallback
+             when the model cannot load. NanoSpec's column, teacher-forced: token x_j is covered when it lies among
+             the last W_max entries of the stream x_0, c_0, x_1, c_1, … up to position j-1; c_i = top-K_pre of the
+             target's logits at i with --candidates (one forward per prompt), else nothing (the text alone).
 A map is measured as an engine serves it: i + d2t[i] for an EAGLE-3 map (a broken d2t shows its cost), draft row i
 -> target id i for a checkpoint without d2t, and ids outside the model's vocabulary left out.
 """
@@ -21,6 +21,7 @@ import torch
 
 from core.config import SpecConfig
 from core.errors import SpecError
+from core.maps.accept import engine_config
 from core.maps.check import hot_ids, t2d_ids
 from core.maps.formats import read_path
 from core.maps.model import ModelFacts, load_facts, ranked_map
@@ -138,14 +139,6 @@ def choose_prompts(paths, per_category):
     return prompts
 
 
-def engine_config(model_id, method: str, max_new_tokens: int) -> SpecConfig:
-    """The model's measured draft shape, context drafting off (the head alone drafts), greedy."""
-    from core.models import draft_defaults
-    keys = set(SpecConfig.__dataclass_fields__)
-    shape = {k: v for k, v in draft_defaults(model_id).items() if k in keys}
-    return SpecConfig(**{**shape, "method": method, "max_new_tokens": max_new_tokens, "context": "off"}).validate()
-
-
 def measure(args, facts: ModelFacts, prompts) -> tuple[list, str]:
     """(per-prompt runs, what the tokens are): the target's outputs, or the tokenized prompts."""
     cfg = engine_config(facts.name, "nanospec", args.max_new_tokens)
@@ -159,13 +152,14 @@ def measure(args, facts: ModelFacts, prompts) -> tuple[list, str]:
             label = f"the target's greedy outputs ({args.max_new_tokens} tokens per prompt, chat template)"
             return output_tokens(prompts, pipe, cfg), label
     model = None
-    try:
-        from core.models import load_model
-        model = load_model(facts.name, device="cpu", dtype=torch.float32)[0]
-    except SpecError as err:
-        print(f"note: {err}; NanoSpec's column from the text alone (K_pre = 0)", file=sys.stderr)
-    label = ("the tokenized prompts, not the target's outputs (no generation; NanoSpec's I_t teacher-forced "
-             f"{'with the target top-K_pre' if model is not None else 'from the text alone'})")
+    if args.candidates:
+        try:
+            from core.models import load_model
+            model = load_model(facts.name, device="cpu", dtype=torch.float32)[0]
+        except SpecError as err:
+            print(f"note: {err}; NanoSpec's column from the text alone (K_pre = 0)", file=sys.stderr)
+    how = "with the target's top-K_pre at each position" if model is not None else "from the text alone, K_pre = 0"
+    label = f"the tokenized prompts, not the target's outputs (no generation; NanoSpec's I_t teacher-forced {how})"
     return prompt_tokens(prompts, facts, cfg, model), label
 
 
