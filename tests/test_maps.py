@@ -188,6 +188,11 @@ def test_a_checkpoint_without_d2t_is_measured_as_the_engine_serves_it(smol):
     assert torch.equal(ids, torch.arange(256)) and "no d2t" in notes[0]
 
 
+def test_a_zeroed_d2t_is_measured_as_the_id_prefix_it_serves_with_a_note(smol):
+    ids, notes = served_ids(read_path(FIX / "d2t_all_zeros.safetensors"), smol)
+    assert torch.equal(ids, torch.arange(256)) and notes[0].startswith("d2t all zeros")
+
+
 def test_frspec_column_has_exactly_k_ids_with_the_specials(smol):
     ids = ranked_map(smol.ranks, 300, smol.special_ids)
     assert len(ids) == 300 and {0, 1, 2} <= set(ids.tolist()) and torch.equal(ids, torch.unique(ids))

@@ -22,7 +22,7 @@ import torch
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.maps.accept import engine_config
-from core.maps.check import hot_ids, t2d_ids
+from core.maps.check import d2t_fault, hot_ids, t2d_ids
 from core.maps.formats import read_path
 from core.maps.model import ModelFacts, load_facts, ranked_map
 from core.prompts import CATEGORIES, load_prompts
@@ -30,8 +30,9 @@ from core.prompts import CATEGORIES, load_prompts
 
 def served_ids(m, f: ModelFacts) -> tuple[torch.Tensor, list]:
     """(sorted unique ids an engine serves from map m, notes on what was left out)."""
-    ids = hot_ids(m)
-    notes = []
+    ids, fault = hot_ids(m), d2t_fault(m, f)
+    notes = [f"d2t {fault.replace('_', ' ')}: measured as the ids it serves, with the full head's rows; an EAGLE-3 "
+             "head's own row i was trained for the id t2d names, so served it proposes the wrong token"] if fault else []
     if ids is None and m.ids is None and m.d2t is None and m.head_rows:
         ids = torch.arange(m.head_rows)
         notes.append("no d2t: served as draft row i -> target id i")

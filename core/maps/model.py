@@ -12,7 +12,7 @@ from core.errors import SpecError
 # circulate: a t2d or an LM head of one of these sizes on another model names the tokenizer it was built for
 KNOWN_VOCABS = {32000: "Llama-2 / Mistral-7B v0.1", 32064: "Phi-3", 32768: "Mistral v0.3", 49152: "SmolLM2",
                 50257: "GPT-2", 100352: "Phi-4", 128256: "Llama-3", 129280: "DeepSeek-V3",
-                151646: "Qwen2 (tokenizer)", 151665: "Qwen2.5 (tokenizer)", 151936: "Qwen2 / Qwen2.5",
+                151646: "the Qwen2 tokenizer", 151665: "the Qwen2.5 tokenizer", 151936: "Qwen2 / Qwen2.5",
                 152064: "Qwen2.5-7B+", 256000: "Gemma / Gemma-2", 262144: "Gemma-3"}
 
 
