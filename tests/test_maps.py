@@ -229,3 +229,25 @@ def test_the_static_map_head_is_lossless_and_a_map_without_the_answer_s_tokens_a
     tiny = run_static(default_pipeline, pid, cfg("frspec"), torch.tensor([0, 1, 2]))
     assert tokens(full) == ar and tokens(tiny) == ar
     assert tau([tiny]) < tau([full])
+
+
+@pytest.mark.model
+def test_compare_on_the_target_s_outputs_counts_its_greedy_tokens_per_category(capsys):
+    assert dispatch(["maps", "compare", str(FIX / "clean.pt"), "--per-category", "1", "--max-new-tokens", "8",
+                     "--threads", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens_are"].startswith("the target's greedy outputs")
+    assert [r["category"] for r in res["rows"]] == ["conv", "mt", "summ", "qa", "math", "rag", "code", "all"]
+    assert res["rows"][-1]["tokens"] == sum(r["tokens"] for r in res["rows"][:-1]) > 0
+    assert set(res["rows"][-1]["coverage"]) == {"clean.pt (256)", "FR-Spec shipped (256)", "NanoSpec I_t"}
+
+
+@pytest.mark.model
+def test_compare_on_prompt_tokens_says_so_and_loads_no_weights(monkeypatch, capsys):
+    import core.models
+    monkeypatch.setattr(core.models, "load_model", lambda *a, **k: pytest.fail("loaded weights"))
+    monkeypatch.setattr("core.pipeline.Pipeline.load", lambda *a, **k: pytest.fail("loaded the pipeline"))
+    assert dispatch(["maps", "compare", str(FIX / "clean.pt"), "--prompt-tokens", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["tokens_are"].startswith("the tokenized prompts, not the target's outputs")
+    assert res["rows"][-1]["coverage"]["clean.pt (256)"] == res["rows"][-1]["coverage"]["FR-Spec shipped (256)"]
