@@ -37,22 +37,24 @@ def test_an_uploaded_pickle_with_code_in_it_is_refused_by_name():
     from ui.maps_tab import maps_ui
     if os.path.exists(PWNED):
         os.remove(PWNED)
-    out = maps_ui((FIX / "unsafe_pickle.pt").read_bytes(), KEY)
+    out = maps_ui(str(FIX / "unsafe_pickle.pt"), KEY)
     assert 'data-code="unsafe_pickle"' in out["report"] and "posix.system" in out["report"]
     assert "plot" not in out and not os.path.exists(PWNED)
 
 
 @pytest.mark.model
-def test_an_upload_over_the_cap_is_refused_before_it_is_read():
+def test_an_upload_over_the_cap_is_refused_before_it_is_read(tmp_path):
     from ui.maps_tab import MAX_UPLOAD, maps_ui
-    out = maps_ui(b"[" + b"1," * MAX_UPLOAD + b"1]", KEY)
+    big = tmp_path / "big.json"
+    big.write_bytes(b"[" + b"1," * MAX_UPLOAD + b"1]")
+    out = maps_ui(str(big), KEY)
     assert 'data-code="too_large"' in out["report"]
 
 
 @pytest.mark.model
 def test_an_uploaded_map_gets_its_findings_and_a_coverage_plot_beside_frspec():
     from ui.maps_tab import maps_ui
-    out = maps_ui((FIX / "eos_missing.pt").read_bytes(), KEY)
+    out = maps_ui(str(FIX / "eos_missing.pt"), KEY)
     assert 'data-code="eos_missing"' in out["report"]
     names = [t.name for t in out["plot"].data]
     assert names == ["uploaded map (255)", "FR-Spec shipped (255)", "NanoSpec I_t (text alone)"]
@@ -61,5 +63,5 @@ def test_an_uploaded_map_gets_its_findings_and_a_coverage_plot_beside_frspec():
 
 def test_a_typed_model_key_outside_the_list_is_refused():
     from ui.maps_tab import maps_ui
-    out = maps_ui((FIX / "clean.pt").read_bytes(), "/etc/passwd|auto")
+    out = maps_ui(str(FIX / "clean.pt"), "/etc/passwd|auto")
     assert "unknown model choice" in out["note"]

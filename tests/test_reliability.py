@@ -228,6 +228,7 @@ def test_the_api_endpoint_takes_no_model_path_or_url():
 UPLOAD_KINDS = ("File", "UploadButton", "Image", "ImageEditor", "Audio", "Video", "Gallery", "Model3D",
                 "MultimodalTextbox")
 DATA_FILE_TYPES = {".jsonl", ".json", ".csv", ".txt"}  # read by our own parsers (core/prompts.py), never executed
+DATA_FILE_TYPES |= {".pt", ".safetensors"}  # token maps: torch.load(weights_only=True) / safetensors (core/maps/formats.py)
 
 
 def upload_components(demo) -> list:

@@ -1,11 +1,13 @@
 """Maps tab: upload a token map, get the doctor's report (core.maps.check) and its coverage per prompt category
 beside FR-Spec's shipped table at the same size, for the model chosen in the Run tab.
 
-The upload arrives as bytes (gr.File type="binary"), at most MAX_UPLOAD; it is parsed in memory by
-core.maps.formats.read_bytes (torch.load(weights_only=True), safetensors or JSON, the format sniffed from the
-bytes) and never written anywhere by this code, nor opened by a path the visitor typed. Coverage is measured on the
+The upload is gradio's server-side temp copy (type="filepath", as every upload of the app: never a path the
+visitor typed); at most MAX_UPLOAD bytes of it are read and parsed in memory by core.maps.formats.read_bytes
+(torch.load(weights_only=True), safetensors or JSON, the format sniffed from the bytes); this code writes it
+nowhere. Coverage is measured on the
 tokenized shipped prompts (tokenizer only: no model weights load, a second or two)."""
 import functools
+from pathlib import Path
 
 import gradio as gr
 
@@ -16,7 +18,7 @@ from viz.maps import coverage_fig, report_html
 from viz.notes import status_note
 
 MAX_UPLOAD = 1 << 20  # app.launch caps uploads at 1 MB too; a 131k-id int64 map is 1 MB
-FILE_TYPES = [".pt", ".json", ".safetensors", ".bin"]
+FILE_TYPES = [".pt", ".json", ".safetensors"]
 
 
 @functools.lru_cache(maxsize=4)
@@ -35,15 +37,16 @@ def prompt_runs(model_id: str) -> list:
     return prompt_tokens(choose_prompts([str(DEFAULT_PROMPTS)], None), facts_of(model_id), cfg, None)
 
 
-def check_upload(data: bytes, facts) -> tuple[dict, object]:
-    """(report dict, TokenMap or None): the upload read in memory and checked."""
+def check_upload(path: Path, facts) -> tuple[dict, object]:
+    """(report dict, TokenMap or None): the upload's bytes read in memory and checked."""
     from core.maps.check import report
     from core.maps.formats import MapReadError, read_bytes
-    if len(data) > MAX_UPLOAD:
-        err = MapReadError("too_large", f"{len(data):,} bytes: uploads are capped at {MAX_UPLOAD:,}")
+    size = path.stat().st_size
+    if size > MAX_UPLOAD:
+        err = MapReadError("too_large", f"{size:,} bytes: uploads are capped at {MAX_UPLOAD:,}")
         return report("upload", None, facts, err), None
     try:
-        m = read_bytes(data, "upload")
+        m = read_bytes(path.read_bytes(), "upload")
     except MapReadError as err:
         return report("upload", None, facts, err), None
     return report("upload", m, facts), m
@@ -70,7 +73,7 @@ def maps_ui(upload, model_key) -> dict:
                     "plot": None}
         model_id, _ = parse_model_key(model_key)
         facts = facts_of(model_id)
-        rep, m = check_upload(bytes(upload), facts)
+        rep, m = check_upload(Path(upload if isinstance(upload, str) else upload.name), facts)
         out = {"report": report_html(rep), "note": status_note(f"Checked against {model_id}.")}
         try:
             rows = coverage_of(m, facts, model_id) if m is not None else None
@@ -91,7 +94,7 @@ def maps_tab(model_dd) -> None:
                 "the plot shows coverage per category beside FR-Spec's table at the same size, for the model "
                 "chosen in the Run tab. Files are read in memory (no pickled code runs) and kept nowhere. "
                 "`python -m core maps check|compare` does the same from the command line, and `--fix` repairs.")
-    upload = gr.File(label="Token map (≤ 1 MB)", file_types=FILE_TYPES, type="binary", elem_id="maps-upload")
+    upload = gr.File(label="Token map (≤ 1 MB)", file_types=FILE_TYPES, type="filepath", elem_id="maps-upload")
     note = gr.HTML(elem_id="maps-note")
     report = gr.HTML(elem_id="maps-report")
     plot = gr.Plot(show_label=False, elem_id="maps-plot")
