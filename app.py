@@ -17,6 +17,7 @@ from core.experiments.prompts import CATEGORIES
 from core.experiments.prompts import example_prompts as shipped_prompts
 from ui.api import generate
 from ui.compare_tab import compare_ui
+from ui.maps_tab import maps_tab
 from ui.models import hub_reachable, model_choices, preload_default_model
 from ui.paper_tab import paper_ui
 from ui.run_tab import initial_trace, play, replay, replay_shift, run_ui, show_example, speed_to_interval, tick
@@ -87,6 +88,8 @@ def build_demo(hub: bool | None = None) -> gr.Blocks:
                 cmp = _compare_tab()
             with gr.Tab("Paper figures", id="paper"):
                 pap = _paper_tab()
+            with gr.Tab("Maps", id="maps"):
+                maps_tab(ui["model"])
             with gr.Tab("Learn", id="learn"):
                 gr.HTML(learn_figure())
                 gr.Markdown(learn_markdown())

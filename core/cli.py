@@ -1,6 +1,7 @@
-"""The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|device-check|export|
-example|calibrate dispatches to the module that runs it, turns its SpecError into one line and exit status 2, and hands the
-paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it imports viz."""
+"""The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|device-check|
+export|example|calibrate|maps dispatches to the module that runs it, turns its SpecError into one line and exit status
+2, and hands the paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it
+imports viz."""
 import importlib
 import os
 import sys
@@ -16,6 +17,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "bench-runtime": "core.experiments.runtime_bench",
     "device-check": "core.experiments.device_check",
     "export": "core.experiments.export",
+    "maps": "core.maps.cli",  # check | compare: the token-map doctor
     "example": "core.experiments.examples",
     "calibrate": "core.experiments.calibrate",
 }
