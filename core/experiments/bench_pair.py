@@ -16,6 +16,7 @@ import time
 import torch
 
 from core.experiments.bench import run_row
+from core.experiments.llamacpp_bench import gguf_of, peer_bound, peer_row, peer_variant, usable
 from core.config import SpecConfig
 from core.models import draft_defaults
 from core.runtime.fast import MATRICES
@@ -24,17 +25,20 @@ from core.stats import aggregate, tokens_of, tps_ratio
 # a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
 # defaults (-WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
 # paper's SlimSpec; -pM: NanoSpec previews the top-M of the low-rank head over V, M = 0 the paper's NanoSpec);
-# "hf" / "hf-assisted" run transformers
+# "hf" / "hf-assisted" run transformers;
+# "llamacpp" / "llamacpp-spec[N]" run llama.cpp on the same GGUFs (core/experiments/llamacpp_bench.py)
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
                      r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?"
                      r"(?:-w(?P<weights>model|int8|int4))?")
 EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-W3072, "
-            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4")
+            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4, llamacpp, llamacpp-spec, llamacpp-spec8")
 
 
 def variant(name: str) -> tuple | None:
     """name -> (method, options: SpecConfig fields, and draft_weights), or None if it does not parse."""
+    if peer_variant(name) is not None:
+        return "llamacpp", {}
     m = VARIANT.fullmatch(name)
     if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
             or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")) \
@@ -57,6 +61,7 @@ def parse(argv):
     p.add_argument("--model", required=True)
     p.add_argument("--draft", required=True)
     p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=f"comma list, e.g. {EXAMPLES}")
+    p.add_argument("--prompts", nargs="+", default=None, help="JSONL prompt files (default: the shipped set)")
     p.add_argument("--categories", default=None, help="comma list (default: all), one prompt each")
     p.add_argument("--limit", type=int, default=1, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -78,6 +83,8 @@ def hf_run(pipe, ids, n: int, assistant=None) -> tuple[list, float]:
 
 def run_variant(pipe, prompt, name, n, ar) -> dict:
     method, opts = variant(name)
+    if method == "llamacpp":
+        return peer_row(pipe, prompt, name, n, ar), None
     if method.startswith("hf"):
         ids = pipe.prompt_ids(prompt.text)
         assistant = pipe.drafter.runner.model if method == "hf-assisted" else None
@@ -148,7 +155,8 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: unknown variant(s) {', '.join(bad)}", file=sys.stderr)
         return 2
-    prompts = select_prompts(argparse.Namespace(prompts=None, categories=args.categories, limit=args.limit))
+    names = usable(names)
+    prompts = select_prompts(argparse.Namespace(prompts=args.prompts, categories=args.categories, limit=args.limit))
     pipe = Pipeline.load(args.model, draft=args.draft)
     for v in names:  # first-call costs outside the timings
         run_variant(pipe, prompts[0], v, 4, None)
@@ -162,7 +170,8 @@ def main(argv=None) -> int:
             print(json.dumps({k: row.get(k) for k in ("variant", "new_tokens", "wall_s", "identical")} | {"prompt": p.id}),
                   file=sys.stderr, flush=True)
         save(args.out, rows, names)
-    bound = memory_bound(rows, pipe.model, read_gbs(), pipe.target)
+    bound = memory_bound(rows, pipe.model, gbs := read_gbs(), pipe.target)
+    bound |= peer_bound(rows, gguf_of(pipe.model_id), gbs) if "llamacpp" in names else {}
     for r in table(rows, names):
         print("  ".join(f"{k}={v}" for k, v in r.items()))
     print("memory bound: " + "  ".join(f"{k}={v}" for k, v in bound.items()))
