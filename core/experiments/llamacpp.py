@@ -17,7 +17,7 @@ from core.errors import SpecError
 from core.models import cache_root
 
 VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp is built
-TOOLS = ("llama-bench", "llama-completion", "llama-speculative-simple", "llama-tokenize")
+TOOLS = ("llama-bench", "llama-completion", "llama-speculative-simple")
 CMAKE_FLAGS = ("-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF",
                "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON")

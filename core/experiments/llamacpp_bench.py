@@ -77,7 +77,7 @@ def peer_row(pipe, prompt, name: str, n: int, ar_records, threads: int | None = 
         run = llamacpp_run.speculate(gguf_of(pipe.model_id), gguf_of(pipe.draft_name), text, n, threads,
                                      draft_max_of(pipe, dmax))
     row = {"variant": name, "new_tokens": run.new_tokens, "wall_s": run.prompt_s + run.decode_s,
-           "decode_tokens": run.new_tokens - 1, "decode_s": run.decode_s, "identical": None, "agree": None,
+           "decode_tokens": run.decode_tokens, "decode_s": run.decode_s, "identical": None, "agree": None,
            "prompt_ids_equal": run.prompt_ids == ids if run.prompt_ids else None,
            "drafted": run.drafted, "accepted": run.accepted, "text": run.text}
     if ar_records is not None:
@@ -127,7 +127,8 @@ def table(rows: list, names: list) -> list:
 
 
 def parse(argv):
-    p = argparse.ArgumentParser(prog="python -m core.experiments.llamacpp bench", description="our AR beside llama.cpp on the same GGUF")
+    p = argparse.ArgumentParser(prog="python -m core.experiments.llamacpp bench",
+                                description="our AR beside llama.cpp on the same GGUF")
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--draft", default=None, help="a draft alias: adds llamacpp-spec (its GGUF drafts for llama.cpp)")
     p.add_argument("--variants", default=None, help="comma list of llamacpp, llamacpp-spec, llamacpp-specN")

@@ -17,6 +17,7 @@ from core.experiments.llamacpp import binary
 class PeerRun:
     text: str                       # generated text (special tokens not printed)
     new_tokens: int                 # tokens generated
+    decode_tokens: int              # tokens generated in the generation phase (completion: all but the first)
     decode_s: float                 # generation phase only (no prompt eval)
     prompt_s: float                 # prompt eval
     prompt_ids: list = field(default_factory=list)  # llama.cpp's tokenization of the prompt ([] if not printed)
@@ -25,10 +26,10 @@ class PeerRun:
 
     @property
     def decode_tps(self) -> float:
-        return self.new_tokens / max(self.decode_s, 1e-9)
+        return self.decode_tokens / max(self.decode_s, 1e-9)
 
 
-COMMON = ("--temp", "0", "--seed", "0", "--no-escape", "-c", "2048", "--no-warmup")
+COMMON = ("--temp", "0", "--seed", "0", "--no-escape", "-c", "2048")
 
 
 def completion_args(gguf: Path, prompt: str, n: int, threads: int) -> list:
@@ -50,9 +51,9 @@ def bench_args(gguf: Path, n: int, threads: int, reps: int) -> list:
 
 
 PERF = re.compile(r"(?P<what>prompt eval|\beval) time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)")
-PROMPT_TOKEN = re.compile(r"^\s*(\d+) -> '", re.M)
+PROMPT_TOKEN = re.compile(r"^(?:[\d.]+ [A-Z] )?\s*(\d+) -> '", re.M)  # after the log's "0.00.560.776 I " prefix
 SPEC = {k: re.compile(rf"{k}\s+(\d+) tokens in\s+([\d.]+) seconds") for k in ("encoded", "decoded")}
-SPEC_COUNT = {k: re.compile(rf"^n_{k}\s*=\s*(\d+)", re.M) for k in ("drafted", "accept")}
+SPEC_COUNT = {k: re.compile(rf"\bn_{k}\s*=\s*(\d+)") for k in ("drafted", "accept")}
 
 
 def prompt_tokens(log: str) -> list:
@@ -70,21 +71,23 @@ def parse_completion(stdout: str, log: str) -> PeerRun:
     if "eval" not in perf or "prompt eval" not in perf:
         raise SpecError("llama-completion printed no timings (see its stderr)")
     (eval_ms, runs), (prompt_ms, _) = perf["eval"], perf["prompt eval"]
-    text = stdout.removesuffix("\n> EOF by user\n").removesuffix(" [end of text]\n\n")
-    return PeerRun(text=text, new_tokens=runs + 1, decode_s=eval_ms / 1e3, prompt_s=prompt_ms / 1e3,
+    text = stdout.removesuffix("\n\n").removesuffix(" [end of text]\n")  # the tool's own closing lines
+    return PeerRun(text=text, new_tokens=runs + 1, decode_tokens=runs, decode_s=eval_ms / 1e3, prompt_s=prompt_ms / 1e3,
                    prompt_ids=prompt_tokens(log))
 
 
 def parse_speculative(stdout: str, log: str, prompt: str) -> PeerRun:
-    """PeerRun from llama-speculative-simple: stdout holds "\\n\\n" + prompt + generated text + "\\n\\n"; stderr the
-    encoded / decoded counts and seconds and the drafted / accepted totals."""
+    """PeerRun from llama-speculative-simple: stdout holds "\\n\\n" + prompt + generated text + 4 "\\n"; stderr the
+    encoded / decoded counts and seconds and the drafted / accepted totals. Its prompt eval leaves the last prompt
+    token to the decode loop, so every new token (it may overshoot n by up to the draft length) is "decoded"."""
     found = {k: rx.search(log) for k, rx in SPEC.items()}
     if not all(found.values()):
         raise SpecError("llama-speculative-simple printed no timings (see its stderr)")
-    text = stdout.removeprefix("\n\n").removesuffix("\n\n")
+    text = stdout.removeprefix("\n\n").removesuffix("\n\n\n\n")
     text = text[len(prompt):] if text.startswith(prompt) else text
     counts = {k: int(m.group(1)) if (m := rx.search(log)) else 0 for k, rx in SPEC_COUNT.items()}
-    return PeerRun(text=text, new_tokens=int(found["decoded"].group(1)), decode_s=float(found["decoded"].group(2)),
+    new = int(found["decoded"].group(1))
+    return PeerRun(text=text, new_tokens=new, decode_tokens=new, decode_s=float(found["decoded"].group(2)),
                    prompt_s=float(found["encoded"].group(2)), drafted=counts["drafted"], accepted=counts["accept"])
 
 
