@@ -83,7 +83,10 @@ def peer_row(pipe, prompt, name: str, n: int, ar_records, threads: int | None = 
     if ar_records is not None:
         ours = tokens_of(ar_records)
         want = pipe.tokenizer.decode(ours, skip_special_tokens=True)
-        row |= {"identical": run.text == want, "agree": llamacpp_run.agreement(pipe.tokenizer, ours, run.text)}
+        agree = llamacpp_run.agreement(pipe.tokenizer, ours, run.text)
+        margins = [m for r in ar_records for m in r.margin]
+        row |= {"identical": run.text == want, "agree": agree,
+                "split_margin": round(margins[agree], 3) if agree < min(len(ours), len(margins)) else None}
     return row
 
 
@@ -122,7 +125,9 @@ def table(rows: list, names: list) -> list:
                     "x_ar_decode": round(dec / ar_dec, 3),
                     "identical": f"{sum(r['identical'] for r in judged)}/{len(judged)}" if judged else "",
                     "agree_tokens": sum(r["agree"] for r in judged) if judged else "",
-                    "prompt_ids_equal": sum(bool(r.get("prompt_ids_equal")) for r in g) if v != "ar" else ""})
+                    "prompt_ids_equal": sum(bool(r.get("prompt_ids_equal")) for r in g) if v != "ar" else "",
+                    "max_split_margin": max((r["split_margin"] for r in g if r.get("split_margin") is not None),
+                                            default="")})
     return out
 
 
@@ -133,6 +138,7 @@ def parse(argv):
     p.add_argument("--draft", default=None, help="a draft alias: adds llamacpp-spec (its GGUF drafts for llama.cpp)")
     p.add_argument("--variants", default=None, help="comma list of llamacpp, llamacpp-spec, llamacpp-specN")
     p.add_argument("--prompts", default="assets/prompts/heldout.jsonl")
+    p.add_argument("--limit", type=int, default=1, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tg", type=int, default=3, help="llama-bench tg repetitions per GGUF (0: skip)")
@@ -143,9 +149,11 @@ def parse(argv):
 def ar_row(pipe, prompt, n: int) -> tuple[dict, list]:
     from core.config import SpecConfig
     from core.experiments.bench import run_row
+    from core.stats import tokens_of
     row, _, records = run_row(pipe, prompt, SpecConfig(method="ar", max_new_tokens=n).validate())
     toks, secs = our_decode(records)
-    return {**row, "variant": "ar", "trace": None, "decode_tokens": toks, "decode_s": secs}, records
+    text = pipe.tokenizer.decode(tokens_of(records), skip_special_tokens=True)
+    return {**row, "variant": "ar", "trace": None, "decode_tokens": toks, "decode_s": secs, "text": text}, records
 
 
 def run_prompts(pipe, prompts, names, n: int) -> list:
@@ -161,7 +169,7 @@ def run_prompts(pipe, prompts, names, n: int) -> list:
             rows.append({**peer_row(pipe, p, v, n, records), "prompt_id": p.id, "category": p.category})
         for r in rows[-1 - len(names):]:
             print({k: r.get(k) for k in ("prompt_id", "variant", "new_tokens", "wall_s", "decode_s", "identical",
-                                         "agree", "prompt_ids_equal")}, file=sys.stderr, flush=True)
+                                         "agree", "split_margin", "prompt_ids_equal")}, file=sys.stderr, flush=True)
     return rows
 
 
@@ -181,7 +189,7 @@ def bench_main(argv=None) -> int:
         raise SpecError(f"unknown llama.cpp variant(s) {', '.join(bad)}")
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model, draft=args.draft or "auto")
-    prompts = select_prompts(ap.Namespace(prompts=[args.prompts], categories=None, limit=None))
+    prompts = select_prompts(ap.Namespace(prompts=[args.prompts], categories=None, limit=args.limit))
     rows = run_prompts(pipe, prompts, names, args.max_new_tokens)
     gbs = read_gbs()
     result = {"table": table(rows, ["ar", *names]), "ours_bound": memory_bound(rows, pipe.model, gbs, pipe.target),
@@ -198,4 +206,18 @@ def bench_main(argv=None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**result, "rows": rows, "settings": vars(args)}, f, indent=1)
+    return 0
+
+
+def tg_main(argv=None) -> int:
+    """llama-bench's tg figure (generation only, no prompt) of each model's GGUF, same threads."""
+    p = argparse.ArgumentParser(prog="python -m core.experiments.llamacpp tg")
+    p.add_argument("--models", default="smollm2-135m-instruct", help="comma list of aliases")
+    p.add_argument("--n", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
+    args = p.parse_args(argv)
+    for m in args.models.split(","):
+        tps = llamacpp_run.bench_tg(gguf_of(m), args.n, args.threads, args.reps)
+        print(f"{m}: llama-bench tg{args.n} {tps:.2f} tok/s ({args.threads} threads, {args.reps} reps)")
     return 0
