@@ -119,6 +119,20 @@ def test_the_gguf_bound_counts_the_embeddings_only_when_they_are_the_head(tmp_pa
         assert llamacpp_bench.gguf_step_bytes(path) == want
 
 
+def test_the_peer_bound_sets_the_gguf_floor_beside_llamas_measured_step(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+    path = tmp_path / "m.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("token_embd.weight", np.zeros((250, 1000), np.float32))  # the head too: 1 MB a token
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    rows = [{"variant": "llamacpp", "decode_tokens": 10, "decode_s": 0.04}, {"variant": "ar", "decode_tokens": 1,
+                                                                              "decode_s": 9.0}]
+    bound = llamacpp_bench.peer_bound(rows, path, gbs=1.0)  # 1 MB at 1 GB/s: 1 ms floor, 4 ms measured
+    assert bound == {"llamacpp_gb": 0.001, "llamacpp_floor_ms": 1.0, "llamacpp_decode_ms": 4.0,
+                     "llamacpp_of_floor": 0.25}
+
+
 def smollm2_ready() -> bool:
     from core.models import converted_dir, source_gguf
     return llamacpp.built() and source_gguf("smollm2-135m-instruct") is not None \
