@@ -95,8 +95,8 @@ def test_output_without_timings_is_a_named_error():
 
 
 class CharTokenizer:
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(i) for i in ids)
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
 
 
 def test_agreement_counts_our_leading_tokens_that_the_peer_text_repeats():

@@ -69,7 +69,8 @@ def parse_completion(stdout: str, log: str) -> PeerRun:
     comes out of the prompt eval, so the eval runs are the other n - 1: decode tok/s = runs / eval time."""
     perf = {m["what"].strip(): (float(m["ms"]), int(m["n"])) for m in PERF.finditer(log)}
     if "eval" not in perf or "prompt eval" not in perf:
-        raise SpecError("llama-completion printed no timings (see its stderr)")
+        tail = " | ".join(log.strip().splitlines()[-3:])
+        raise SpecError(f"llama-completion printed no timings; its stderr ended: {tail}")
     (eval_ms, runs), (prompt_ms, _) = perf["eval"], perf["prompt eval"]
     text = stdout.removesuffix("\n\n").removesuffix(" [end of text]\n")  # the tool's own closing lines
     return PeerRun(text=text, new_tokens=runs + 1, decode_tokens=runs, decode_s=eval_ms / 1e3, prompt_s=prompt_ms / 1e3,
@@ -82,7 +83,8 @@ def parse_speculative(stdout: str, log: str, prompt: str) -> PeerRun:
     token to the decode loop, so every new token (it may overshoot n by up to the draft length) is "decoded"."""
     found = {k: rx.search(log) for k, rx in SPEC.items()}
     if not all(found.values()):
-        raise SpecError("llama-speculative-simple printed no timings (see its stderr)")
+        tail = " | ".join(log.strip().splitlines()[-3:])
+        raise SpecError(f"llama-speculative-simple printed no timings; its stderr ended: {tail}")
     text = stdout.removeprefix("\n\n").removesuffix("\n\n\n\n")
     text = text[len(prompt):] if text.startswith(prompt) else text
     counts = {k: int(m.group(1)) if (m := rx.search(log)) else 0 for k, rx in SPEC_COUNT.items()}
@@ -126,8 +128,10 @@ def bench_tg(gguf: Path, n: int = 64, threads: int = 2, reps: int = 3) -> float:
 
 
 def agreement(tokenizer, ours: list, text: str) -> int:
-    """How many of our greedy tokens, decoded one prefix at a time, llama.cpp's text starts with."""
+    """How many of our greedy tokens lead llama.cpp's text re-encoded by our tokenizer (it prints text, not ids; a
+    text prefix would count "L" as agreeing with "Le")."""
+    theirs = tokenizer.encode(text, add_special_tokens=False)
     n = 0
-    while n < len(ours) and text.startswith(tokenizer.decode(ours[:n + 1], skip_special_tokens=True)):
+    while n < min(len(ours), len(theirs)) and ours[n] == theirs[n]:
         n += 1
     return n
