@@ -83,9 +83,10 @@ def peer_row(pipe, prompt, name: str, n: int, ar_records, threads: int | None = 
     if ar_records is not None:
         ours = tokens_of(ar_records)
         want = pipe.tokenizer.decode(ours, skip_special_tokens=True)
-        agree = llamacpp_run.agreement(pipe.tokenizer, ours, run.text)
+        same = run.text == want  # then every token agrees (llama.cpp's text leaves out a final EOS)
+        agree = len(ours) if same else llamacpp_run.agreement(pipe.tokenizer, ours, run.text)
         margins = [m for r in ar_records for m in r.margin]
-        row |= {"identical": run.text == want, "agree": agree,
+        row |= {"identical": same, "agree": agree,
                 "split_margin": round(margins[agree], 3) if agree < min(len(ours), len(margins)) else None}
     return row
 
