@@ -31,6 +31,12 @@ def test_a_missing_build_names_the_build_command(tmp_path, monkeypatch):
         llamacpp.binary("llama-completion")
 
 
+def test_the_bench_command_without_a_build_exits_2_with_the_build_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    assert llamacpp.main(["bench", "--model", "smollm2-135m-instruct"]) == 2
+    assert "error: llama.cpp is not built: run python -m core.experiments.llamacpp build" in capsys.readouterr().err
+
+
 def test_an_unknown_tool_is_refused_by_name(fake_build):
     with pytest.raises(SpecError, match="unknown llama.cpp tool 'llama-server'"):
         llamacpp.binary("llama-server")
