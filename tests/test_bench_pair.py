@@ -19,7 +19,7 @@ def test_a_name_outside_the_grammar_is_refused(name):
 
 
 def test_the_memory_bound_streams_every_weight_but_the_gathered_embeddings(tiny_target):
-    from core.experiments.bench_pair import memory_bound, step_bytes
+    from core.experiments.bandwidth import memory_bound, step_bytes
     emb = tiny_target.get_input_embeddings().weight
     total = sum(p.numel() * p.element_size() for p in tiny_target.parameters())
     tied = emb is tiny_target.get_output_embeddings().weight

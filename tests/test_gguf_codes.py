@@ -214,7 +214,7 @@ def test_a_weight_that_differs_from_its_codes_keeps_that_matrix_off_them(tmp_pat
 
 @needs_codes
 def test_the_memory_bound_counts_the_codes_bytes_of_a_model_on_them(tmp_path):
-    from core.experiments.bench_pair import step_bytes
+    from core.experiments.bandwidth import step_bytes
     from core.runtime.fast import FastRunner
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
     runner = FastRunner(target)

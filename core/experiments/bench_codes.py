@@ -75,7 +75,7 @@ def main(argv=None):
         packed = [pack(g.decode(c._replace(variant=variants[0]))) for c in mats]
     scale = s["layers"] / a.layers
     layer_bytes = sum(c.nbytes for c in mats)
-    from core.experiments.bench_pair import read_gbs
+    from core.experiments.bandwidth import read_gbs
     print(f"{a.shape}: {a.layers} distinct layers ({layer_bytes / 1e6:.0f} MB of codes), scaled to {s['layers']}; "
           f"head {head.nbytes / 1e6:.0f} MB; {a.threads} threads; variants {variants}; shared machine")
     print(f"{'rows':>4} {'variant':<12} {'layers ms':>10} {'head ms':>8} {'total ms':>9} {'codes GB/s':>10}")

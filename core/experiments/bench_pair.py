@@ -15,26 +15,32 @@ import time
 
 import torch
 
-from core.experiments.bench import run_row
 from core.config import SpecConfig
+from core.experiments.bandwidth import memory_bound, read_gbs
+from core.experiments.bench import run_row
+from core.experiments.llamacpp_bench import gguf_of, peer_bound, peer_row, peer_variant, usable
 from core.models import draft_defaults
-from core.runtime.weights import MATRICES
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
 # a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
 # defaults (-WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
 # paper's SlimSpec; -pM: NanoSpec previews the top-M of the low-rank head over V, M = 0 the paper's NanoSpec);
-# "hf" / "hf-assisted" run transformers
+# "hf" / "hf-assisted" run transformers;
+# "llamacpp" / "llamacpp-spec[N]" run llama.cpp on the same GGUFs (core/experiments/llamacpp_bench.py)
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
                      r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
                      r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?"
                      r"(?:-w(?P<weights>model|int8|int4))?")
+
+
 EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-W3072, "
-            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4")
+            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4, llamacpp, llamacpp-spec, llamacpp-spec8")
 
 
 def variant(name: str) -> tuple | None:
     """name -> (method, options: SpecConfig fields, and draft_weights), or None if it does not parse."""
+    if peer_variant(name) is not None:
+        return "llamacpp", {}
     m = VARIANT.fullmatch(name)
     if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
             or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")) \
@@ -57,6 +63,7 @@ def parse(argv):
     p.add_argument("--model", required=True)
     p.add_argument("--draft", required=True)
     p.add_argument("--variants", default="ar,hf,nanospec,full,hf-assisted", help=f"comma list, e.g. {EXAMPLES}")
+    p.add_argument("--prompts", nargs="+", default=None, help="JSONL prompt files (default: the shipped set)")
     p.add_argument("--categories", default=None, help="comma list (default: all), one prompt each")
     p.add_argument("--limit", type=int, default=1, help="prompts per category")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -78,6 +85,8 @@ def hf_run(pipe, ids, n: int, assistant=None) -> tuple[list, float]:
 
 def run_variant(pipe, prompt, name, n, ar) -> dict:
     method, opts = variant(name)
+    if method == "llamacpp":
+        return peer_row(pipe, prompt, name, n, ar), None
     if method.startswith("hf"):
         ids = pipe.prompt_ids(prompt.text)
         assistant = pipe.drafter.runner.model if method == "hf-assisted" else None
@@ -91,35 +100,6 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
     cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
     return {**row, "variant": name, "trace": None}, records
-
-
-def read_gbs(gib: float = 1.0, reps: int = 5) -> float:
-    """Main-memory read bandwidth now, GB/s: the fastest of `reps` sums over a buffer far larger than the caches."""
-    from core.kernels.triton.bench import seconds
-    x = torch.ones(int(gib * 2**30) // 4)
-    return x.numel() * 4 / seconds(x.sum, x.device, reps) / 1e9
-
-
-def step_bytes(model, runner=None) -> int:
-    """Weight bytes one 1-token target step reads: every parameter but the input embeddings, which it only gathers
-    (unless the LM head shares them); a matrix the runner multiplies on its GGUF codes counts their bytes."""
-    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    total = total if emb is head else total - emb.numel() * emb.element_size()
-    forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES] if runner else []
-    return total + sum(f.codes.nbytes - f.codes.n * f.codes.k * head.element_size() for f in forms
-                       if f.codes is not None)
-
-
-def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:
-    """The floor a decoder meets here that streams the target's weights once per token as `runner` stores them (bf16,
-    or the GGUF's codes), beside our AR and transformers' generate, in wall ms per new token (prefill included)."""
-    ms = {v: 1000 * a["wall_s"] / max(a["new_tokens"], 1) for v in ("ar", "hf")
-          if (a := aggregate([r for r in rows if r["variant"] == v]))["runs"]}
-    floor = (weights := step_bytes(model, runner)) / gbs / 1e6
-    return {"weights_gb": round(weights / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
-            **{f"{v}_ms": round(m, 1) for v, m in ms.items()},
-            **({"best_x_hf": round(ms["hf"] / floor, 2)} if "hf" in ms else {})}
 
 
 def table(rows: list, names: list) -> list:
@@ -148,7 +128,8 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: unknown variant(s) {', '.join(bad)}", file=sys.stderr)
         return 2
-    prompts = select_prompts(argparse.Namespace(prompts=None, categories=args.categories, limit=args.limit))
+    names = usable(names)
+    prompts = select_prompts(argparse.Namespace(prompts=args.prompts, categories=args.categories, limit=args.limit))
     pipe = Pipeline.load(args.model, draft=args.draft)
     for v in names:  # first-call costs outside the timings
         run_variant(pipe, prompts[0], v, 4, None)
@@ -162,7 +143,8 @@ def main(argv=None) -> int:
             print(json.dumps({k: row.get(k) for k in ("variant", "new_tokens", "wall_s", "identical")} | {"prompt": p.id}),
                   file=sys.stderr, flush=True)
         save(args.out, rows, names)
-    bound = memory_bound(rows, pipe.model, read_gbs(), pipe.target)
+    bound = memory_bound(rows, pipe.model, gbs := read_gbs(), pipe.target)
+    bound |= peer_bound(rows, gguf_of(pipe.model_id), gbs) if "llamacpp" in names else {}
     for r in table(rows, names):
         print("  ".join(f"{k}={v}" for k, v in r.items()))
     print("memory bound: " + "  ".join(f"{k}={v}" for k, v in bound.items()))

@@ -139,7 +139,7 @@ def _take_part(arrived: Path, kept: Path, part: dict) -> None:
 
 def install(manifest: dict, store: Path, cache=None) -> list:
     """Join + decompress the parts, check each file's sha256, write it atomically under cache_root()."""
-    from core.models import cache_root
+    from core.paths import cache_root
     root = Path(cache or cache_root())
     done, stream = [], PartsReader(store, manifest["parts"])
     for entry in manifest["files"]:

@@ -1,0 +1,36 @@
+"""python -m core.experiments.llamacpp build | bench | tg: llama.cpp as a benchmark peer, never a runtime dependency.
+
+`build` (core/experiments/llamacpp_build.py) compiles the `vendor/llama.cpp` tree of the llama-cpp-python source
+package (pip's ordinary client fetches it) with cmake + ninja, Release, native CPU, only the tools the benchmarks run,
+into `cache_root()/llamacpp/<version>/bin`; it is idempotent and resumable (ninja picks up where it stopped), with its
+progress in `build.log` there. `binary(name)` is the only way the benchmarks find a tool: SpecError if not built.
+The runners: core/experiments/llamacpp_run.py; the bench and bench_pair variants: llamacpp_bench.py.
+"""
+import argparse
+import sys
+
+from core.errors import SpecError
+from core.experiments.llamacpp_build import build
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.experiments.llamacpp")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the llama.cpp tools into the cache (idempotent, resumable)")
+    b.add_argument("--jobs", type=int, default=2)
+    sub.add_parser("bench", help="our AR beside llama.cpp, interleaved per prompt (see llamacpp_bench)", add_help=False)
+    sub.add_parser("tg", help="llama-bench's tg tok/s of each model's GGUF", add_help=False)
+    args, rest = p.parse_known_args(argv)
+    try:
+        if args.cmd == "build":
+            print(build(args.jobs))
+            return 0
+        from core.experiments.llamacpp_bench import bench_main, tg_main
+        return (bench_main if args.cmd == "bench" else tg_main)(rest)
+    except SpecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

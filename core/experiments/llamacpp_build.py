@@ -1,0 +1,97 @@
+"""llama.cpp as a benchmark peer, never a runtime dependency: built from the vendored tree of the llama-cpp-python source
+package (cmake + ninja, Release, native CPU, only the tools compared with) into the cache root, resumable, logged."""
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from core.errors import SpecError
+from core.paths import cache_root
+
+VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp is built
+
+
+TOOLS = ("llama-bench", "llama-completion", "llama-speculative-simple")
+
+
+CMAKE_FLAGS = ("-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF",
+               "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+               "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON")
+
+
+NOT_BUILT = "llama.cpp is not built: run python -m core.experiments.llamacpp build"
+
+
+def home(version: str = VERSION) -> Path:
+    return cache_root() / "llamacpp" / version
+
+
+def binary(name: str, version: str = VERSION) -> Path:
+    """The path of a built llama.cpp tool, or SpecError saying how to build it."""
+    if name not in TOOLS:
+        raise SpecError(f"unknown llama.cpp tool {name!r} (built: {', '.join(TOOLS)})")
+    path = home(version) / "bin" / name
+    if not path.is_file():
+        raise SpecError(f"{NOT_BUILT} ({path} missing)")
+    return path
+
+
+def built(version: str = VERSION) -> bool:
+    return all((home(version) / "bin" / t).is_file() for t in TOOLS)
+
+
+def run_logged(cmd: list, log: Path, cwd: Path | None = None) -> None:
+    """Run `cmd` with its output appended to `log`; SpecError naming the log if it fails."""
+    with open(log, "a") as f:
+        f.write(f"\n$ {' '.join(map(str, cmd))}\n")
+        f.flush()
+        rc = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SpecError(f"llama.cpp build step failed ({cmd[0]} exit {rc}); see {log}")
+
+
+def fetch_sdist(root: Path, log: Path) -> Path:
+    """The llama-cpp-python sdist under root/sdist, downloaded by pip (source only, no deps) if absent."""
+    found = sorted((root / "sdist").glob(f"llama_cpp_python-{VERSION}.tar.gz"))
+    if found:
+        return found[0]
+    (root / "sdist").mkdir(parents=True, exist_ok=True)
+    run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                f"llama-cpp-python=={VERSION}", "-d", root / "sdist"], log)
+    return fetch_sdist(root, log)
+
+
+def extract_vendor(sdist: Path, root: Path) -> Path:
+    """root/src: the sdist's vendor/llama.cpp tree (extracted once; a `.done` marker says it is whole)."""
+    src = root / "src"
+    if (src / ".done").is_file():
+        return src
+    shutil.rmtree(src, ignore_errors=True)
+    prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.name != prefix]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tar.extractall(src, members=members, filter="data")
+    (src / ".done").touch()
+    return src
+
+
+def build(jobs: int = 2, version: str = VERSION) -> Path:
+    """Build the tools (if not yet) and return their bin dir; resumable, progress in <home>/build.log."""
+    root = home(version)
+    if built(version):
+        return root / "bin"
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    print(f"building llama.cpp {version} into {root} (progress: {log})", file=sys.stderr, flush=True)
+    src = extract_vendor(fetch_sdist(root, log), root)
+    out = root / "build"
+    if not (out / "build.ninja").is_file():
+        run_logged(["cmake", "-S", src, "-B", out, *CMAKE_FLAGS], log)
+    run_logged(["cmake", "--build", out, "-j", str(jobs), "--target", *TOOLS], log)
+    (root / "bin").mkdir(exist_ok=True)
+    for t in TOOLS:
+        shutil.copy2(out / "bin" / t, root / "bin" / t)
+    return root / "bin"

@@ -1,0 +1,156 @@
+"""llama.cpp as a benchmark peer: its command lines, the parsers of its real output (fixtures captured from the
+built tools), the not-built message, and one real run of the built llama-completion on SmolLM2."""
+from pathlib import Path
+
+import pytest
+
+from core.errors import SpecError
+from core.experiments import llamacpp, llamacpp_bench, llamacpp_build, llamacpp_run
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
+
+
+@pytest.fixture
+def fake_build(tmp_path, monkeypatch):
+    """A cache root whose llama.cpp bin dir holds an empty file per tool."""
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    bin_dir = llamacpp_build.home() / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in llamacpp_build.TOOLS:
+        (bin_dir / tool).touch()
+    return bin_dir
+
+
+def read(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_a_missing_build_names_the_build_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    with pytest.raises(SpecError, match=r"llama.cpp is not built: run python -m core.experiments.llamacpp build"):
+        llamacpp_build.binary("llama-completion")
+
+
+def test_the_bench_command_without_a_build_exits_2_with_the_build_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    assert llamacpp.main(["bench", "--model", "smollm2-135m-instruct"]) == 2
+    assert "error: llama.cpp is not built: run python -m core.experiments.llamacpp build" in capsys.readouterr().err
+
+
+def test_an_unknown_tool_is_refused_by_name(fake_build):
+    with pytest.raises(SpecError, match="unknown llama.cpp tool 'llama-server'"):
+        llamacpp_build.binary("llama-server")
+
+
+def test_bench_variants_are_dropped_with_the_message_when_not_built(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    assert llamacpp_bench.usable(["ar", "nanospec", "llamacpp", "llamacpp-spec"]) == ["ar", "nanospec"]
+    assert "skipping llamacpp, llamacpp-spec: llama.cpp is not built" in capsys.readouterr().err
+
+
+def test_completion_args_pass_the_templated_prompt_verbatim_greedy_and_raw(fake_build):
+    prompt = "<|im_start|>user\nprint('a\\nb')<|im_end|>\n<|im_start|>assistant\n"
+    args = llamacpp_run.completion_args(Path("m.gguf"), prompt, 64, 2)
+    assert args[0] == str(fake_build / "llama-completion")
+    assert args[args.index("-p") + 1] == prompt  # one argument, newlines and backslashes untouched
+    for flag, value in (("-n", "64"), ("-t", "2"), ("-tb", "2"), ("--temp", "0"), ("-m", "m.gguf")):
+        assert args[args.index(flag) + 1] == value
+    assert {"--no-escape", "-no-cnv", "--no-display-prompt", "--verbose-prompt"} <= set(args)
+
+
+def test_speculative_args_draft_with_the_draft_gguf_up_to_the_draft_length(fake_build):
+    args = llamacpp_run.speculative_args(Path("t.gguf"), Path("d.gguf"), "p", 64, 2, 4)
+    for flag, value in (("-m", "t.gguf"), ("-md", "d.gguf"), ("--spec-type", "draft-simple"),
+                        ("--spec-draft-n-max", "4"), ("-td", "2"), ("--temp", "0"), ("-n", "64")):
+        assert args[args.index(flag) + 1] == value
+
+
+def test_a_peer_variant_name_gives_its_draft_length():
+    assert [llamacpp_bench.peer_variant(v) for v in ("llamacpp", "llamacpp-spec", "llamacpp-spec8", "llamacpp-x")] \
+        == [0, -1, 8, None]
+
+
+def test_completion_output_parses_to_the_generation_phase_and_the_prompt_ids():
+    run = llamacpp_run.parse_completion(read("completion.stdout"), read("completion.stderr"))
+    assert (run.text, run.new_tokens, run.decode_tokens) == ("1. Red: The most obvious colour", 8, 7)
+    assert (run.decode_s, run.prompt_s) == (0.73623, 4.34891)  # eval / prompt eval ms as llama.cpp printed them
+    assert len(run.prompt_ids) == 34 and run.prompt_ids[:3] == [1, 9690, 198] and run.prompt_ids[-1] == 198
+
+
+def test_completion_text_stops_before_the_end_of_text_marker():
+    stdout = "I'm ready to assist you. [end of text]\n\n\n"  # captured at an EOS
+    run = llamacpp_run.parse_completion(stdout, read("completion.stderr"))
+    assert run.text == "I'm ready to assist you."
+
+
+def test_speculative_output_parses_to_the_decoded_tokens_and_acceptance():
+    prompt = read("speculative.prompt")
+    run = llamacpp_run.parse_speculative(read("speculative.stdout"), read("speculative.stderr"), prompt)
+    assert (run.new_tokens, run.decode_tokens, run.drafted, run.accepted) == (20, 20, 20, 15)
+    assert run.text.startswith("```python\ndef reverse_string(s):") and run.text.endswith("Args")
+    assert (run.decode_s, run.prompt_s) == (36.434, 5.265)
+
+
+def test_llama_bench_json_parses_to_tg_tokens_per_second():
+    assert llamacpp_run.parse_bench(read("bench.json")) == {"tg64": 3.711954}
+
+
+def test_output_without_timings_is_a_named_error():
+    with pytest.raises(SpecError, match="llama-completion printed no timings"):
+        llamacpp_run.parse_completion("some text", "no perf lines here")
+
+
+class CharTokenizer:
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+
+def test_agreement_counts_our_leading_tokens_that_the_peer_text_repeats():
+    ours = [ord(c) for c in "hello world"]
+    assert llamacpp_run.agreement(CharTokenizer(), ours, "hello there") == 6
+    assert llamacpp_run.agreement(CharTokenizer(), ours, "hello world!") == len(ours)
+
+
+def test_the_gguf_bound_counts_the_embeddings_only_when_they_are_the_head(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+    for with_head, want in ((False, 64 * 4 + 16 * 4), (True, 16 * 4 + 32 * 4)):
+        path = tmp_path / f"m{with_head}.gguf"
+        w = GGUFWriter(str(path), "llama")
+        w.add_tensor("token_embd.weight", np.zeros((8, 8), np.float32))
+        w.add_tensor("blk.0.attn_norm.weight", np.zeros(16, np.float32))
+        if with_head:
+            w.add_tensor("output.weight", np.zeros((4, 8), np.float32))
+        w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+        assert llamacpp_bench.gguf_step_bytes(path) == want
+
+
+def test_the_peer_bound_sets_the_gguf_floor_beside_llamas_measured_step(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+    path = tmp_path / "m.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("token_embd.weight", np.zeros((250, 1000), np.float32))  # the head too: 1 MB a token
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    rows = [{"variant": "llamacpp", "decode_tokens": 10, "decode_s": 0.04}, {"variant": "ar", "decode_tokens": 1,
+                                                                              "decode_s": 9.0}]
+    bound = llamacpp_bench.peer_bound(rows, path, gbs=1.0)  # 1 MB at 1 GB/s: 1 ms floor, 4 ms measured
+    assert bound == {"llamacpp_gb": 0.001, "llamacpp_floor_ms": 1.0, "llamacpp_decode_ms": 4.0,
+                     "llamacpp_of_floor": 0.25}
+
+
+def smollm2_ready() -> bool:
+    from core.models import converted_dir, source_gguf
+    return llamacpp_build.built() and source_gguf("smollm2-135m-instruct") is not None \
+        and (converted_dir("smollm2-135m-instruct") / "config.json").is_file()
+
+
+@pytest.mark.skipif(not smollm2_ready(), reason="llama.cpp is not built (python -m core.experiments.llamacpp build) "
+                                                "or SmolLM2 is not in the cache")
+def test_the_built_completion_tool_reads_our_templated_prompt_as_our_ids_and_decodes_n_tokens():
+    from core.models import chat_prompt_ids, load_tokenizer, source_gguf
+    tok = load_tokenizer("smollm2-135m-instruct")
+    ids = chat_prompt_ids(tok, "Name three colours.")
+    run = llamacpp_run.complete(source_gguf("smollm2-135m-instruct"), tok.decode(ids), 6, 2)
+    assert run.prompt_ids == ids
+    assert run.new_tokens == 6 and run.text.strip()
