@@ -91,3 +91,17 @@ def test_calibrate_names_a_bad_method_and_a_too_small_grid():
         calibrate.parse(["--methods", "nanospec,eagle9"])
     with pytest.raises(SpecError, match="--rows and --width"):
         calibrate.parse(["--rows", "1"])
+
+
+def test_bench_summary_rows_get_the_prediction_beside_the_measured_speedup(pipe, costs, tmp_path, monkeypatch):
+    from core.experiments.bench import add_predictions
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibrate, "ASSETS", tmp_path)
+    cfgs = {"ar": SpecConfig(method="ar"), "nanospec": SpecConfig(method="nanospec")}
+    rows = [{"method": "ar", "predicted_speedup": ""}, {"method": "nanospec", "predicted_speedup": ""}]
+    add_predictions(rows, pipe, cfgs)
+    assert [r["predicted_speedup"] for r in rows] == ["", ""]  # nothing calibrated yet
+    calibrate.write_atomic(calibrate.costs_path(calibrate.calibration_key(pipe)), calibrate.json.dumps(costs))
+    calibrate.write_atomic(calibrate.acceptance_path(pipe), calibrate.json.dumps({"heads": {"nanospec": {"a": [[0.5]]}}}))
+    add_predictions(rows, pipe, cfgs)
+    assert rows[0]["predicted_speedup"] == "" and rows[1]["predicted_speedup"] > 0

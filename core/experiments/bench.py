@@ -133,6 +133,7 @@ def summary_row(cat, method, a, ar) -> dict:
     spec = method != "ar"
     return {"category": cat, "method": method, "n_prompts": a["runs"], "new_tokens": a["new_tokens"],
             "tokens_per_s": round(a["tokens_per_s"], 3), "speedup_vs_ar": stats.tps_ratio(a, ar),
+            "predicted_speedup": "",  # filled by add_predictions where this machine has a calibration
             "mean_accept_len": round(a["mean_accept_len"], 3),
             "mean_active_vocab": round(a["mean_active_vocab"], 1) if spec else "",
             "coverage": round(a["coverage"], 4) if spec else "",
@@ -147,7 +148,7 @@ def add_predictions(summary: list, pipe, cfgs: dict) -> None:
     from core.experiments.calibrate import prediction
     predicted = {m: prediction(pipe, c)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
     for row in summary:
-        row["predicted_speedup"] = predicted.get(row["method"]) or ""
+        row["predicted_speedup"] = predicted.get(row["method"]) or row["predicted_speedup"]
 
 
 def _read_json(path: Path):
