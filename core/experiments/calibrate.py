@@ -22,6 +22,7 @@ import torch
 from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.draft import DraftState
+from core.decoding.tree import tree_shape
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
 from core.paths import ASSETS, cache_root, write_atomic
@@ -185,7 +186,7 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
             continue
         c, ac = costs_of(costs, m), cost.Acceptance(a["a"])
         d = config_for(pipe, m)
-        s = cost.Shape(d.gamma, 1, d.gamma) if d.shape == "chain" else cost.Shape(d.depth, d.top_k, d.tree_size)
+        s = cost.Shape(*tree_shape(d))
         best, best_x = cost.best_shape(c, ac, m)
         tau = 1 + cost.expected_accepted(ac, s)
         rows.append({"method": m, "shape": shape_name(s), "predicted_tau": tau,
@@ -218,7 +219,7 @@ def prediction(pipe, cfg: SpecConfig) -> dict:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return {"predicted_speedup": None, "prediction_note": f"no calibration for this machine and model ({missing})"}
     c, ac = costs_of(costs, cfg.method), cost.Acceptance(acc["heads"][cfg.method]["a"])
-    s = cost.Shape(cfg.gamma, 1, cfg.gamma) if cfg.shape == "chain" else cost.Shape(cfg.depth, cfg.top_k, cfg.tree_size)
+    s = cost.Shape(*tree_shape(cfg))
     return {"predicted_speedup": round(cost.predicted_speedup(c, ac, cfg.method, s), 3),
             "predicted_tau": round(1 + cost.expected_accepted(ac, s), 3),
             "break_even_tau": round(cost.break_even_tau(c, cfg.method, s), 3), "prediction_note": ""}

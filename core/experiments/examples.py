@@ -55,18 +55,13 @@ def sha256_of(path: Path | None) -> str:
 
 def where_measured(wall_s: float, load_before) -> dict:
     import torch
-    return {"host": platform.node(), "cpu": _cpu_name(), "threads": torch.get_num_threads(),
+
+    from core.experiments.calibrate import machine
+    return {"host": platform.node(), "cpu": machine()["cpu"], "threads": torch.get_num_threads(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall_s, 2),
             "load_avg_before": [round(x, 2) for x in load_before],
             "note": f"{os.cpu_count()}-core machine shared with other jobs; load average "
                     f"{load_before[0]:.2f} when the run started"}
-
-
-def _cpu_name() -> str:
-    try:
-        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def run_like_app(pipe, prompt: str, cfg: SpecConfig) -> dict:

@@ -66,19 +66,14 @@ def load_facts(model_id: str) -> ModelFacts:
     """The facts of a model SpecLens loads (offline alias or Hub id), from its tokenizer and config.json."""
     from core.decoding.freq import special_ids
     from core.models import load_tokenizer, resolve_source
+    from core.pipeline import load_fr_ranks
     tokenizer = load_tokenizer(model_id)
     source, kwargs = resolve_source(model_id)
     V = config_vocab_size(source, kwargs, tokenizer)
     eos, chat, special = eos_ids_of(tokenizer, source, kwargs), chat_template_ids(tokenizer), special_ids(tokenizer)
     named = set(eos) | set(chat) | set(special)
     tokens = {i: tokenizer.convert_ids_to_tokens(i) for i in named}
-    return ModelFacts(model_id, V, len(tokenizer), eos, chat, special, tokens, frequency_ranks(model_id, V), tokenizer)
-
-
-def frequency_ranks(model_id: str, vocab_size: int) -> torch.Tensor | None:
-    """The shipped FR-Spec table's ranks, or None for a model without one (the pipeline's own lookup)."""
-    from core.pipeline import load_fr_ranks
-    return load_fr_ranks(model_id, vocab_size)
+    return ModelFacts(model_id, V, len(tokenizer), eos, chat, special, tokens, load_fr_ranks(model_id, V), tokenizer)
 
 
 def ranked_map(ranks: torch.Tensor, k: int, always) -> torch.Tensor:
