@@ -5,38 +5,12 @@ import numpy as np
 import pytest
 import torch
 
+from gguf_cases import dequantized, fused, gguf_qwen2, on_codes, random_blocks
+
 from core.kernels.cpu import gguf_codes as g
 from core.kernels.cpu import isa
 
 needs_codes = pytest.mark.skipif(isa.codes_variant() == "none", reason="no codes_mm variant here (core/kernels/cpu/isa.py)")
-BYTES = {"Q4_K": 144, "Q6_K": 210}
-
-
-def random_blocks(kind: str, n: int, k: int, seed: int = 0, scale: float = 4e-5) -> np.ndarray:
-    """Valid random GGUF blocks [n, k / 256 * bytes] (uint8): random codes and 6-/8-bit scales, small fp16 d."""
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n, k // 256, BYTES[kind]), dtype=np.uint8)
-    d = (scale * rng.uniform(0.5, 1.5, (n, k // 256, 2 if kind == "Q4_K" else 1))).astype(np.float16).view(np.uint8)
-    if kind == "Q4_K":
-        raw[..., 0:4] = d.reshape(n, k // 256, 4)
-    else:
-        raw[..., 208:210] = d.reshape(n, k // 256, 2)
-    return raw.reshape(n, -1)
-
-
-def dequantized(kind: str, raw: np.ndarray, n: int, k: int) -> torch.Tensor:
-    """gguf-py's dequantizer (what a GGUF conversion stores), rounded to bf16 as the model loads it."""
-    from gguf import GGMLQuantizationType, dequantize
-    w = dequantize(raw.reshape(-1), GGMLQuantizationType[kind]).reshape(n, k)
-    return torch.from_numpy(w.astype(np.float32)).bfloat16()
-
-
-def fused(kinds=("Q4_K", "Q6_K", "Q4_K"), ns=(64, 32, 48), k: int = 512):
-    """A fused matrix of tensors of mixed types (as q | k | v with a Q6_K v): (codes, bf16 weights)."""
-    parts = [(kind, random_blocks(kind, n, k, seed=i), n, k) for i, (kind, n) in enumerate(zip(kinds, ns))]
-    return g.matrix_codes(parts), torch.cat([dequantized(kind, raw, n, k) for kind, raw, n, k in parts])
-
-
 def reference_decode(c: g.Codes) -> torch.Tensor:
     """The tile layout read back in numpy, independent of the C kernel: bf16 [n, k]."""
     out = np.empty((c.n, c.k), np.float32)
@@ -58,6 +32,12 @@ def reference_decode(c: g.Codes) -> torch.Tensor:
             w = D[..., None] * q
         out[16 * j:16 * j + 16] = w.transpose(2, 0, 1, 3).reshape(16, c.k)           # [outputs, tile, row, pair]
     return torch.from_numpy(out).bfloat16()
+
+
+@pytest.fixture(autouse=True)
+def bf16_products(monkeypatch):
+    """These specs are about the bf16 codes (SPECLENS_GGUF_MATH=auto picks int8 where only AVX2 runs: test_gguf_q8.py)."""
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "bf16")
 
 
 @pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
@@ -124,49 +104,6 @@ def test_cached_codes_load_back_equal_and_another_layout_is_rebuilt(tmp_path, mo
 
 
 # ---------------------------------------------------------------- a model on its codes
-
-MATRICES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-            "mlp.down_proj": "ffn_down"}
-
-
-def gguf_qwen2(path, vocab: int = 304, layers: int = 2):
-    """A tiny Qwen2 (q/k/v biases, head_dim 64) whose matrices are random GGUF codes, as in a Q4_K_M file (v, the
-    down projection of layer 0 and the head in Q6_K, the rest Q4_K): written to `path`, loaded into the model
-    dequantized, in bf16, with `speclens_gguf` set as core.models.load_model sets it. Also its 1-layer draft."""
-    import transformers as tf
-    from gguf import GGMLQuantizationType, GGUFWriter
-    cfg = dict(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-               head_dim=64, max_position_embeddings=1024, tie_word_embeddings=False)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        target = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=layers)).eval()
-    writer = GGUFWriter(str(path), "qwen2")
-    named = {f"blk.{i}.{t}.weight": target.model.layers[i].get_submodule(m) for i in range(layers)
-             for m, t in MATRICES.items()} | {"output.weight": target.lm_head}
-    for seed, (name, lin) in enumerate(named.items()):
-        kind = "Q6_K" if name in ("blk.0.ffn_down.weight", "output.weight") or "attn_v" in name else "Q4_K"
-        n, k = lin.weight.shape
-        raw = random_blocks(kind, n, k, seed, scale=4e-4 if name == "output.weight" else 4e-5)
-        writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType[kind])
-        with torch.no_grad():
-            lin.weight.copy_(dequantized(kind, raw, n, k).float())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    draft = tf.Qwen2ForCausalLM(tf.Qwen2Config(**cfg, num_hidden_layers=1)).eval()
-    draft.load_state_dict(target.state_dict(), strict=False)
-    target = target.to(torch.bfloat16)
-    target.speclens_gguf = path
-    return target, draft.to(torch.bfloat16)
-
-
-def on_codes(runner) -> list:
-    """Which of the runner's products run on codes: the head's, then each layer's four."""
-    from core.runtime.weights import MATRICES
-    return [runner.head_t.codes is not None] + [w[k].codes is not None for w in runner.layers for k in MATRICES]
-
 
 @needs_codes
 @pytest.mark.parametrize("method", ["full", "nanospec"])

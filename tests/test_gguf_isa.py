@@ -3,7 +3,7 @@ each decodes a GGUF's codes to gguf-py's weights bit for bit, multiplies by them
 rows share the call, and a bf16 model on them keeps speculative greedy = its own greedy."""
 import pytest
 import torch
-from test_gguf_codes import fused, gguf_qwen2, on_codes
+from gguf_cases import fused, gguf_qwen2, on_codes
 
 from core.errors import SpecError
 from core.kernels.cpu import gguf_codes as g
@@ -11,6 +11,12 @@ from core.kernels.cpu import isa
 
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(v not in isa.codes_variants(), reason=f"no {v} codes_mm here"))
             for v in ("amx", "avx512", "avx2")]
+
+
+@pytest.fixture(autouse=True)
+def bf16_products(monkeypatch):
+    """These specs are about the bf16 codes (SPECLENS_GGUF_MATH=auto picks int8 where only AVX2 runs: test_gguf_q8.py)."""
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "bf16")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ class FastConfig:
     kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu/cpu_layer.c) where they build
     weights: str = "model"       # layer GEMM weights: model (its dtype) | int8 | int4 (a draft model's; see QUANTS)
     codes: bool = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_CODES", "1") != "0")
+    # a GGUF model's products: auto (bf16 where AMX / AVX512-BF16 run them, else int8) | bf16 (the model's own bf16
+    # weights rebuilt from the codes, gguf_codes.py) | int8 (llama.cpp's int8 activations on the raw blocks, gguf_q8.py)
+    codes_math: str = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_MATH", "auto").strip().lower())
 
 
 @dataclass

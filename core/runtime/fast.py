@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from core.kernels.cpu import isa
+from core.kernels.cpu import gguf_q8
 from core.runtime.config import Arch, FastConfig
 from core.runtime.runner import EagerRunner
 from core.runtime.weights import (
@@ -129,8 +129,9 @@ class FastRunner:
         self.vocab_size, self.d = self.head_weight.shape
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
-        used = [f.codes.variant for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES] if f.codes]
-        self.on_codes, self.codes_variant = bool(used), isa.LABELS[used[0]] if used else ""  # e.g. avx512-bf16
+        used = [f.codes.label for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES] if f.codes]
+        self.on_codes, self.codes_variant = bool(used), used[0] if used else ""  # e.g. avx512-bf16, avx2-int8
+        self.codes_int8 = self.codes_variant == gguf_q8.LABEL
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 
@@ -223,11 +224,13 @@ def exact_reason(runner) -> str:
     speculation then equals greedy decoding bit for bit), else why they may differ by rounding."""
     if runner.fast_cfg.weights != "model":
         return f"{runner.fast_cfg.weights} weights (a draft model's): their products are not checked for exactness"
+    forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES]
+    if runner.kernels and all(f.codes is not None for f in forms):  # codes products: rows stable by construction
+        return ""
     if runner.fast_cfg.layout != "packed":
         return "1-token and batched GEMMs sum in different orders: lossless up to rounding, ties reported"
     if not runner.kernels:
         return "attention without the fused kernels sums per pass size: lossless up to rounding, ties reported"
-    forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES]
     shapes = {f.packed.shape for f in forms if f.codes is None}  # codes_mm rows are stable by construction
     if not all(exact_pads(shapes).values()):
         return "oneDNN's bf16 products depend on the row count on this CPU: lossless up to rounding, ties reported"
@@ -246,11 +249,11 @@ def logits_gap(model, runner, n: int = 5) -> float:
     return float((runner.logits(hid) - ref).abs().max() / ref.abs().max().clamp(min=1.0))
 
 
-def gap_tolerance(dtype) -> float:
+def gap_tolerance(dtype, int8: bool = False) -> float:
     """fp32: 1e-3; bf16: 32 eps = 0.25 (transformers' own bf16 forward, with its bf16 residual stream, is
     5-7 % off on SmolLM2 / gemma-3-270m and 17 % off fp32 on Qwen2.5-Coder-0.5B, where ours is 1.6 % off);
-    a real mismatch is O(1)."""
-    return max(1e-3, 32 * torch.finfo(dtype).eps)
+    int8 activations (gguf_q8.py): 0.25 as bf16 (measured: INT8_GAP); a real mismatch is O(1)."""
+    return max(1e-3, 32 * torch.finfo(torch.bfloat16 if int8 else dtype).eps)
 
 
 def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConfig | None = None):
@@ -274,13 +277,13 @@ def make_runner(model, tokenizer=None, runtime: str = "auto", fast_cfg: FastConf
             # checked against transformers in the model's own weights: quantizing is a draft's deliberate choice
             runner = FastRunner(model, tokenizer, replace(fast_cfg, weights="model"))
             gap = logits_gap(model, runner) if fast_cfg.check and runtime == "auto" else 0.0
-            if fast_cfg.weights != "model" and gap <= gap_tolerance(runner.dtype):
+            if fast_cfg.weights != "model" and gap <= gap_tolerance(runner.dtype, runner.codes_int8):
                 runner = FastRunner(model, tokenizer, fast_cfg)  # shares the checked runner's weight forms
         except (RuntimeError, ValueError, AttributeError, TypeError) as err:
             if runtime == "fast":
                 raise SpecError(f"fast runtime failed on this model: {err}") from None
             runner, gap, reason = None, 0.0, f"fast runtime failed on this model: {err}"
-        if runner is not None and gap <= gap_tolerance(runner.dtype):
+        if runner is not None and gap <= gap_tolerance(runner.dtype, runner.codes_int8):
             return runner
         reason = reason or f"fast runtime logits differ from transformers by {gap:.2g} (relative)"
     runner = EagerRunner(model, tokenizer)

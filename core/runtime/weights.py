@@ -12,9 +12,12 @@ in one of these forms, and `mm`, which multiplies by whichever form a matrix has
   nearly flat in the row count up to 16, and each output row does not depend on the other rows.
 auto = packed for a bf16 model where oneDNN can pack bf16, else hybrid (measured fastest at n = 1 in fp32, and
 the same as blocked for n > 1).
-- codes (bf16 models converted from a GGUF, on AMX, AVX512-BF16 or AVX2: core/kernels/cpu/isa.py): in place of packed,
-  each matrix whose Q4_K / Q6_K codes decode to its bf16 weights bit for bit is multiplied on those codes (core/kernels/cpu/gguf_codes.py): a third of the bytes, the
-  same weights, each output row independent of the other rows at any row count.
+- codes (models converted from a GGUF: `codes_math`): bf16 (a bf16 model, on AMX, AVX512-BF16 or
+  AVX2: core/kernels/cpu/isa.py): each matrix whose Q4_K / Q6_K codes decode to its bf16 weights bit for bit is
+  multiplied on those codes (core/kernels/cpu/gguf_codes.py): a third of the bytes, the same weights. int8 (any
+  dtype and layout, AVX2): each matrix whose GGUF blocks match its weights is multiplied on those blocks with int8
+  activations, llama.cpp's arithmetic (core/kernels/cpu/gguf_q8.py). Either way each output row is independent of
+  the other rows at any row count.
 - int8 / int4 (a draft model's layers): weight-only quantized, per output channel or per group of INT4_GROUP inputs.
 With packed bf16 weights a token's logits are bit-identical whether it is verified in a tree / chain of up to PACK_ROWS
 tokens or decoded alone.
@@ -26,7 +29,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from core.kernels.cpu import cpu_layer, gguf_codes, isa
+from core.errors import SpecError
+from core.kernels.cpu import cpu_layer, gguf_codes, gguf_q8, isa
 from core.runtime.config import Arch, FastConfig
 from core.runtime.runner import window_of
 
@@ -239,18 +243,39 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
 
 
 def codes_forms(codes, w) -> "Forms | None":
-    """Forms on the GGUF's codes when they decode to w [out, in] bit for bit, else None (the layout's forms)."""
+    """Forms on the GGUF's codes when they stand for w [out, in] (bf16 codes: bit for bit; raw blocks: sampled rows of
+    every part), else None (the layout's forms)."""
+    if isinstance(codes, list):  # raw blocks: candidate row orders
+        raw = gguf_q8.first_match(codes, w)
+        return Forms(codes=raw) if raw is not None else None
     return Forms(codes=codes) if codes is not None and gguf_codes.exact(codes, w) else None
 
 
+CODES_MATH = ("auto", "bf16", "int8")
+
+
+def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
+    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here): auto = bf16 where AMX /
+    AVX512-BF16 run them (isa.codes_variant) on a bf16 model, else int8 where AVX2 runs q8_mm."""
+    if fc.codes_math not in CODES_MATH:
+        raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
+    variant = isa.codes_variant()
+    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant in ("amx", "avx512") and dtype == torch.bfloat16):
+        return "bf16" if variant != "none" and dtype == torch.bfloat16 else ""
+    return "int8" if gguf_q8.available() else ""
+
+
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:
-    """{matrix: Codes} ('head', 'i.wqkv', ...) for a bf16 model converted from a GGUF (`speclens_gguf`, set by
-    core.models.load_model) where a codes_mm variant runs (isa.codes_variant, fixed in each Codes); {} otherwise or with
-    fc.codes off."""
-    path, variant = getattr(model, "speclens_gguf", None), isa.codes_variant()
-    if not (fc.codes and path and fc.layout == "packed" and fc.weights == "model" and variant != "none"):
-        return {}
-    return {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
+    """{matrix: Codes | [RawCodes builders]} ('head', 'i.wqkv', ...) for a model converted from a GGUF (`speclens_gguf`,
+    set by core.models.load_model), in the products `codes_math` picks; {} otherwise or with fc.codes off."""
+    path, dtype = getattr(model, "speclens_gguf", None), model.get_output_embeddings().weight.dtype
+    math = codes_math(fc, dtype) if fc.codes and path and fc.weights == "model" else ""
+    if math == "int8":
+        return gguf_q8.model_raw(path, a.n_layers, a.n_heads, a.n_kv)
+    if math == "bf16":
+        variant = isa.codes_variant()
+        return {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
+    return {}
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:
@@ -267,7 +292,7 @@ class Forms(NamedTuple):
     blocked: torch.Tensor | None = None  # [n_blocks, in, bs]
     packed: torch.Tensor | None = None   # oneDNN's opaque bf16 format
     quant: tuple | None = None           # (kind, implementation, tensors...): see quantize
-    codes: gguf_codes.Codes | None = None  # the GGUF's codes of exactly these bf16 weights (codes_mm)
+    codes: "gguf_codes.Codes | gguf_q8.RawCodes | None" = None  # the GGUF's codes of these weights
 
 
 def forms(wt, fc: FastConfig) -> Forms:
@@ -322,7 +347,8 @@ def head_weights(model, fast_cfg: FastConfig, codes: dict):
     if fast_cfg.layout == "packed":
         w = head.weight.detach()
         return emb.weight.detach(), codes_forms(codes.get("head"), w) or Forms(packed=pack(w)), w
-    return emb.weight.detach(), forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
+    on_codes = codes_forms(codes.get("head"), head.weight)
+    return emb.weight.detach(), on_codes or forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
 
 
 @torch.no_grad()
@@ -331,7 +357,8 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
     FastRunner on it (target + self-draft): in the plain layout the model's params point into them. Quantized
     weights extend the model's own (the LM head, what the draft heads study, is never quantized)."""
     memo = model.__dict__.setdefault("_speclens_fast", {})
-    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes, isa.codes_variant())
+    key = (fast_cfg.layout, fast_cfg.block_bytes, fast_cfg.weights, fast_cfg.codes, fast_cfg.codes_math,
+           isa.codes_variant(), isa.cap())
     if key not in memo and fast_cfg.weights in QUANTS:
         *head, layers = fast_weights(model, a, replace(fast_cfg, weights="model"))
         memo[key] = (*head, quantized_layers(model, layers, fast_cfg.weights))
@@ -362,7 +389,8 @@ def mm(x, w: Forms):
     if quant is not None and x.shape[0] <= QUANT_ROWS:
         return cast(quant_mm(x, quant), x.dtype)
     if codes is not None:  # each row comes out the same whatever n is
-        return cast(gguf_codes.codes_mm(x, codes), x.dtype)
+        product = gguf_q8.q8_mm if isinstance(codes, gguf_q8.RawCodes) else gguf_codes.codes_mm
+        return cast(product(x, codes), x.dtype)
     if packed is not None:  # padded to row_pad rows: each row then comes out the same whatever n is
         m = row_pad(*packed.shape, torch.get_num_threads()) or 1
         return cast(chunked_mm(cast(x, packed.dtype), packed, m), x.dtype)

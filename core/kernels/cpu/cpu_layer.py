@@ -3,7 +3,8 @@ cached by source + compiler + CPU, loaded with ctypes. Their torch reference is 
 (core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
 model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
-gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py).
+gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
+(`q8_mm`, AVX2: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py).
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c")]
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {
@@ -32,6 +33,7 @@ SIGNATURES = {
     "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
+    "q8_mm": [P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
 }
 INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
 _why = []
@@ -51,7 +53,7 @@ def cpu_id() -> str:
 
 
 def build(cc: str = "cc") -> Path:
-    """Compile SOURCES (cpu_layer.c, gguf_mm.c) for this CPU (-march=native) into one library in the cache; the
+    """Compile SOURCES for this CPU (-march=native) into one library in the cache; the
     cached .so when it exists."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + version.encode() + cpu_id().encode()).hexdigest()[:16]
@@ -88,7 +90,7 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    for name in ("int4_ok", "codes_ok", "codes_isa"):
+    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_ok"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     return so
 

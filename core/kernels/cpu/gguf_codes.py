@@ -36,6 +36,10 @@ class Codes(NamedTuple):
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.sm, self.dd))
 
+    @property
+    def label(self) -> str:
+        return isa.LABELS[self.variant or isa.codes_variant()]
+
 
 def tiles(q: np.ndarray) -> np.ndarray:
     """[n, k] per-weight values -> [n/16, k/32, 16, 32]: tile row r holds inputs 2r, 2r+1 of each of 16 outputs."""

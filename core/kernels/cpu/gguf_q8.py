@@ -1,0 +1,175 @@
+"""A GGUF model's matrices kept as their raw blocks, for `q8_mm` (gguf_q8.c, AVX2): llama.cpp's arithmetic, each row
+of the input quantized to int8 and every block an integer dot product, for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K /
+Q6_K (everything the shipped GGUFs hold).
+
+Unlike the bf16 codes (gguf_codes.py) these products are not the model's bf16 products: the activations lose ~0.4 %
+to int8 per block, as in llama.cpp. What stays exact is what losslessness rests on: each output row depends on its
+own input row only, so verify rows equal 1-token passes bit for bit. `matrix_raw` concatenates the tensors that one
+fused matrix holds (q|k|v, gate|up), rows in the order the converted model holds them (transformers un-permutes a
+llama GGUF's q / k rows); `matches` checks rows of every part against the model's weights.
+"""
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from core.kernels.cpu import cpu_layer, isa
+
+TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}  # ggml's type ids
+BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
+         "Q4_K": (256, 144), "Q6_K": (256, 210)}  # (inputs, bytes) per block
+K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
+LABEL = "avx2-int8"
+CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
+
+
+class RawCodes(NamedTuple):
+    """One [n, k] matrix as GGUF blocks, output row after output row (each row in its own type)."""
+    n: int
+    k: int
+    types: torch.Tensor  # uint8 [n]: ggml type ids
+    off: torch.Tensor    # int64 [n]: where each row's blocks start in raw (bytes)
+    raw: torch.Tensor    # uint8
+    kinds: int           # bit 0: some rows are K types, bit 1: some are 32-input types
+    parts: tuple = ()    # ((kind, first row, rows), ...) for `matches`
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.numel() + self.off.numel() * 8 + self.types.numel()
+
+    @property
+    def label(self) -> str:
+        return LABEL
+
+
+def row_bytes(kind: str, k: int) -> int:
+    if kind not in BLOCK:
+        raise ValueError(f"{kind} is not one of {', '.join(BLOCK)}")
+    inputs, size = BLOCK[kind]
+    if k % inputs:
+        raise ValueError(f"{kind} rows of {k} inputs are not whole blocks of {inputs}")
+    return k // inputs * size
+
+
+def matrix_raw(parts: list) -> RawCodes:
+    """RawCodes of the matrix that concatenates `parts` [(kind, raw bytes, n, k, row order or None)] along the
+    outputs; row r of a part is its GGUF row order[r]."""
+    k = parts[0][3]
+    if any(p[3] != k for p in parts):
+        raise ValueError("the fused tensors differ in their input size")
+    rows, types, spans, at = [], [], [], 0
+    for kind, raw, n, _, order in parts:
+        b = np.asarray(raw).reshape(-1).view(np.uint8)
+        if b.size != n * row_bytes(kind, k):
+            raise ValueError(f"{kind} [{n}, {k}]: {b.size} bytes, not {n * row_bytes(kind, k)}")
+        r = b.reshape(n, -1)
+        rows.append(r if order is None else r[np.asarray(order)])
+        types.append(np.full(n, TYPES[kind], np.uint8))
+        spans.append((kind, at, n))
+        at += n
+    sizes = np.concatenate([np.full(r.shape[0], r.shape[1], np.int64) for r in rows])
+    off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    kinds = (1 if any(p[0] in K_TYPES for p in parts) else 0) | (2 if any(p[0] not in K_TYPES for p in parts) else 0)
+    raw = np.concatenate([r.reshape(-1) for r in rows])
+    return RawCodes(at, k, torch.from_numpy(np.concatenate(types)), torch.from_numpy(off), torch.from_numpy(raw),
+                    kinds, tuple(spans))
+
+
+def available() -> bool:
+    """Whether q8_mm runs here: the library is built, the CPU has AVX2 + FMA and SPECLENS_CPU_ISA allows avx2."""
+    lib = cpu_layer.lib()
+    return lib is not None and bool(lib.q8_ok()) and isa.allowed("avx2")
+
+
+def q8_mm(x, c: RawCodes):
+    """x [m, k] @ the matrix^T -> fp32 [m, n]; each row the same whatever m is."""
+    if x.shape[0] < 1 or x.shape[1] != c.k:
+        raise ValueError(f"q8_mm: x [{x.shape[0]}, {x.shape[1]}] needs rows of {c.k} inputs")
+    if not available():
+        raise RuntimeError("q8_mm: no AVX2 kernel here (core/kernels/cpu/isa.py)")
+    x = x.float().contiguous()
+    y = torch.empty(x.shape[0], c.n)
+    cpu_layer.lib().q8_mm(x.data_ptr(), x.shape[0], c.k, c.n, c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(),
+                          c.kinds, y.data_ptr(), torch.get_num_threads())
+    return y
+
+
+def dequantize_rows(c: RawCodes, rows) -> torch.Tensor:
+    """Rows of the matrix the blocks stand for, fp32 [len(rows), k] (gguf-py's dequantizer)."""
+    from gguf import GGMLQuantizationType, dequantize
+    names = {v: k for k, v in TYPES.items()}
+    out = []
+    for r in rows:
+        kind = names[int(c.types[r])]
+        size = row_bytes(kind, c.k)
+        block = c.raw[int(c.off[r]):int(c.off[r]) + size].numpy()
+        out.append(dequantize(block, GGMLQuantizationType[kind]).reshape(c.k).astype(np.float32))
+    return torch.from_numpy(np.stack(out))
+
+
+def check_rows(c: RawCodes) -> list:
+    """CHECK_ROWS rows of each part, spread over it (first and last included)."""
+    return sorted({at + int(i) for _, at, n in c.parts for i in np.linspace(0, n - 1, min(n, CHECK_ROWS))})
+
+
+def matches(c: RawCodes, w) -> bool:
+    """Whether the blocks stand for w [n, k]: sampled rows of every part dequantize to w's rows (in w's dtype)."""
+    if tuple(w.shape) != (c.n, c.k):
+        return False
+    rows = check_rows(c)
+    return torch.equal(dequantize_rows(c, rows).to(w.dtype), w[rows].detach())
+
+
+# ---------------------------------------------------------------- a model's matrices, read from its GGUF
+
+GGUF_NAMES = {"wqkv": ("attn_q", "attn_k", "attn_v"), "wo": ("attn_output",), "wgu": ("ffn_gate", "ffn_up"),
+              "wd": ("ffn_down",)}  # the runtime's fused matrices (core/runtime/weights.py: linears)
+
+
+def unpermute(n: int, heads: int) -> np.ndarray:
+    """The GGUF row of each of the model's rows where transformers un-permuted a llama GGUF's q / k rows
+    (rope halves interleaved per head by llama.cpp's converter)."""
+    return np.arange(n).reshape(heads, n // heads // 2, 2).swapaxes(2, 1).reshape(n)
+
+
+def row_orders(name: str, n: int, n_heads: int, n_kv: int) -> list:
+    """The row orders to try for a tensor: as stored, then un-permuted (attn_q / attn_k only)."""
+    heads = {"attn_q": n_heads, "attn_k": n_kv}.get(name)
+    return [None] if heads is None or n % (2 * heads) else [None, unpermute(n, heads)]
+
+
+def matrix_candidates(names: list, tensors: dict, n_heads: int, n_kv: int) -> list:
+    """Every RawCodes the tensors `names` could stand for (one per combination of row orders), most likely first."""
+    import itertools
+    parts = [(tensors[t].tensor_type.name, tensors[t].data, int(tensors[t].shape[1]), int(tensors[t].shape[0]))
+             for t in names]
+    orders = [row_orders(t.split(".")[-2], p[2], n_heads, n_kv) for t, p in zip(names, parts)]
+    combos = list(itertools.product(*orders))
+    combos.sort(key=lambda cs: sum(o is not None for o in cs))
+    return [lambda cs=cs: matrix_raw([(*p, o) for p, o in zip(parts, cs)]) for cs in combos]
+
+
+def model_raw(gguf_path, n_layers: int, n_heads: int, n_kv: int) -> dict:
+    """{'head' | 'i.wqkv' ...: [builders of RawCodes, most likely row order first]} for every fused matrix whose
+    tensors are all present and of a type q8_mm multiplies; the caller keeps the first that `matches` the model."""
+    from gguf import GGUFReader
+    tensors = {t.name: t for t in GGUFReader(str(gguf_path)).tensors}
+    names = {f"{i}.{k}": [f"blk.{i}.{t}.weight" for t in ts] for i in range(n_layers) for k, ts in GGUF_NAMES.items()}
+    names["head"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
+    out = {}
+    for key, ts in names.items():
+        if all(t in tensors and tensors[t].tensor_type.name in TYPES for t in ts):
+            out[key] = matrix_candidates(ts, tensors, n_heads, n_kv)
+    return out
+
+
+def first_match(builders: list, w) -> "RawCodes | None":
+    """The first RawCodes from `builders` that matches w (None when none does or one cannot be built)."""
+    for build in builders:
+        try:
+            c = build()
+        except ValueError:
+            return None
+        if matches(c, w):
+            return c
+    return None

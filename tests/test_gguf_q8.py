@@ -1,0 +1,184 @@
+"""A GGUF model's raw blocks as its products with int8 activations (core/kernels/cpu/gguf_q8.py, gguf_q8.c, AVX2): for
+every type the shipped GGUFs hold, the product is the fp64 product of gguf-py's weights with the int8-rounded inputs,
+each row is the same whatever rows and threads share the call, and a model on them keeps speculative greedy = its own
+greedy."""
+import numpy as np
+import pytest
+import torch
+from gguf_cases import dequantized, gguf_qwen2, mixed, on_codes, random_blocks
+
+from core.kernels.cpu import gguf_q8 as q8
+from core.kernels.cpu import isa
+
+needs_q8 = pytest.mark.skipif(not q8.available(), reason="no AVX2 q8_mm here (core/kernels/cpu/isa.py)")
+KINDS = list(q8.BLOCK)
+
+
+def matrix(kind: str, n: int = 48, k: int = 512, seed: int = 0):
+    raw = random_blocks(kind, n, k, seed, scale=0.01)
+    return q8.matrix_raw([(kind, raw, n, k, None)]), dequantized(kind, raw, n, k, torch.float64)
+
+
+def int8_inputs(x, block: int):
+    """x rounded as q8_mm rounds it: per block, rint(x · 127 / max|x|) · max|x| / 127 (fp32 steps), as fp64."""
+    xb = x.float().view(x.shape[0], -1, block)
+    amax = xb.abs().amax(-1, keepdim=True)
+    scale = torch.where(amax > 0, torch.tensor(127.0) / amax.clamp(min=1e-30), torch.zeros(()))
+    return ((xb * scale).round().double() * (amax / 127).double()).view_as(x)
+
+
+@needs_q8
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_product_is_the_fp64_product_of_the_dequantized_blocks_with_int8_inputs(kind):
+    c, w = matrix(kind)
+    x = torch.randn(7, c.k, generator=torch.Generator().manual_seed(0))
+    ref = int8_inputs(x, 256 if kind in q8.K_TYPES else 32) @ w.T
+    y = q8.q8_mm(x, c)
+    assert y.dtype == torch.float32 and y.shape == (7, c.n)
+    assert (y.double() - ref).abs().max() <= 1e-5 * ref.abs().max()  # fp32 sums of exact integer dot products
+
+
+@needs_q8
+@pytest.mark.parametrize("kind", KINDS)
+def test_int8_inputs_stay_within_one_percent_of_the_full_precision_product(kind):
+    c, w = matrix(kind)
+    x = torch.randn(7, c.k, generator=torch.Generator().manual_seed(1))
+    ref = x.double() @ w.T
+    assert (q8.q8_mm(x, c).double() - ref).abs().max() <= 0.01 * ref.abs().max()
+
+
+@needs_q8
+def test_each_row_is_the_same_whatever_rows_share_the_call():
+    parts = [(kind, random_blocks(kind, 24, 512, i, scale=0.01), 24, 512, None) for i, kind in enumerate(KINDS)]
+    c = q8.matrix_raw(parts)
+    x = torch.randn(40, c.k, generator=torch.Generator().manual_seed(2))
+    alone = torch.cat([q8.q8_mm(x[i:i + 1], c) for i in range(40)])
+    for m in (2, 9, 16, 17, 33, 40):
+        assert torch.equal(q8.q8_mm(x[:m], c), alone[:m]), m
+
+
+@needs_q8
+def test_each_row_is_the_same_at_any_thread_count():
+    c, _ = matrix("Q4_K", n=64)
+    x = torch.randn(5, c.k, generator=torch.Generator().manual_seed(3))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = q8.q8_mm(x, c)
+        torch.set_num_threads(max(2, threads))
+        assert torch.equal(q8.q8_mm(x, c), one)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_fused_matrix_keeps_each_parts_rows_in_the_order_asked():
+    a, b = random_blocks("Q5_0", 32, 256, 0), random_blocks("Q6_K", 16, 256, 1)
+    order = q8.unpermute(32, 4)
+    c = q8.matrix_raw([("Q5_0", a, 32, 256, order), ("Q6_K", b, 16, 256, None)])
+    w = torch.cat([dequantized("Q5_0", a, 32, 256, torch.float32)[torch.from_numpy(order)],
+                   dequantized("Q6_K", b, 16, 256, torch.float32)])
+    assert c.types.tolist() == [6] * 32 + [14] * 16
+    assert torch.equal(q8.dequantize_rows(c, range(48)), w)
+    assert q8.matches(c, w) and not q8.matches(c, w.roll(1, 0))
+
+
+def test_unpermute_undoes_the_llama_converters_rope_interleave():
+    heads, hd = 2, 8
+    rows = torch.arange(heads * hd)
+    permuted = rows.view(heads, 2, hd // 2).transpose(1, 2).reshape(-1)  # llama.cpp's convert: per head, halves interleaved
+    assert torch.equal(permuted[torch.from_numpy(q8.unpermute(heads * hd, heads))], rows)
+
+
+def test_blocks_of_another_type_or_shape_are_refused_by_name():
+    with pytest.raises(ValueError, match="IQ2_XS is not one of"):
+        q8.row_bytes("IQ2_XS", 256)
+    with pytest.raises(ValueError, match="rows of 288 inputs are not whole blocks of 256"):
+        q8.row_bytes("Q4_K", 288)
+    with pytest.raises(ValueError, match=r"Q8_0 \[16, 64\]: 1000 bytes"):
+        q8.matrix_raw([("Q8_0", np.zeros(1000, np.uint8), 16, 64, None)])
+
+
+def test_a_truncated_tensor_keeps_its_matrix_off_the_blocks():
+    def truncated():
+        raise ValueError("Q4_K [16, 256]: 100 bytes, not 2304")
+    assert q8.first_match([truncated], torch.zeros(16, 256)) is None
+
+
+@needs_q8
+def test_no_rows_or_a_wrong_input_size_is_refused():
+    c, _ = matrix("Q8_0")
+    for rows, k in ((0, 512), (1, 256)):
+        with pytest.raises(ValueError, match=rf"x \[{rows}, {k}\] needs rows of 512 inputs"):
+            q8.q8_mm(torch.zeros(rows, k), c)
+
+
+def test_the_none_cap_turns_the_kernel_off(monkeypatch):
+    monkeypatch.setenv(isa.ENV, "none")
+    assert not q8.available()
+    with pytest.raises(RuntimeError, match="no AVX2 kernel"):
+        q8.q8_mm(torch.zeros(1, 512), matrix("Q8_0")[0])
+
+
+# ---------------------------------------------------------------- a model on its blocks
+
+@needs_q8
+@pytest.mark.parametrize("arch, dtype", [("qwen2", torch.float32), ("llama", torch.float32), ("qwen2", torch.bfloat16)])
+def test_a_model_on_its_blocks_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, monkeypatch, arch, dtype):
+    from core.config import SpecConfig
+    from core.decoding.draft import ModelDrafter
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.runtime.fast import FastRunner
+    from core.trace.stats import compare_to_ar
+
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    target, draft = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=dtype, arch=arch)
+    runner = FastRunner(target)
+    assert all(on_codes(runner)) and runner.exact_reason == "" and runner.codes_variant == "avx2-int8"
+    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method="nanospec", max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
+    drafter = ModelDrafter(FastRunner(draft))
+    spec = list(generate(FastRunner(target), drafter, build_head("nanospec", drafter.head_weight, cfg), prompt, cfg))
+    assert compare_to_ar(spec, ar)["identical"]
+    assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
+
+
+@needs_q8
+def test_int8_logits_agree_with_transformers_within_the_runtimes_check(tmp_path, monkeypatch):
+    from core.runtime.fast import gap_tolerance, logits_gap, make_runner
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
+    runner = make_runner(target, None, "auto")
+    assert runner.runtime_name == "fast" and runner.codes_int8
+    assert 1e-4 < logits_gap(target, runner) <= gap_tolerance(torch.float32, int8=True)
+
+
+@needs_q8
+def test_a_weight_that_differs_from_its_blocks_keeps_that_matrix_off_them(tmp_path, monkeypatch):
+    from core.runtime.fast import FastRunner
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
+    with torch.no_grad():
+        target.model.layers[1].mlp.down_proj.weight[0, 7] += 1.0  # a checked row (the first of its part)
+    runner = FastRunner(target)
+    assert on_codes(runner) == [True] + [True] * 4 + [True, True, True, False]
+    assert runner.exact_reason != ""  # one matrix back on a BLAS product
+
+
+@needs_q8
+def test_the_runtime_note_names_the_int8_products(tmp_path, monkeypatch):
+    from core.pipeline import runtime_note
+    from core.runtime.fast import FastRunner
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
+    assert runtime_note(FastRunner(target)) == "fast fp32 on its GGUF codes (avx2-int8), exact"
+
+
+def test_an_unknown_products_setting_is_refused_by_name(monkeypatch):
+    from core.errors import SpecError
+    from core.runtime.config import FastConfig
+    from core.runtime.weights import codes_math
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "fp8")
+    with pytest.raises(SpecError, match="SPECLENS_GGUF_MATH='fp8': use one of auto, bf16, int8"):
+        codes_math(FastConfig())
