@@ -138,11 +138,85 @@ def row_orders(name: str, n: int, n_heads: int, n_kv: int) -> list:
     return [None] if heads is None or n % (2 * heads) else [None, unpermute(n, heads)]
 
 
+GGML_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+              11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
+SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
+
+
+class Tensor(NamedTuple):
+    kind: str      # ggml type name ("?" for one SpecLens does not know)
+    shape: tuple   # GGUF order: (inputs, outputs)
+    data: object   # uint8 memmap of its bytes
+
+
+def tensor_table(path) -> dict:
+    """{name: Tensor} from a GGUF's header, its metadata skipped (gguf-py's reader parses every tokenizer string:
+    seconds); ValueError for a file that is not a GGUF v2 / v3 or ends early."""
+    import mmap
+    import struct
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    pos = [0]
+
+    def read(fmt: str):
+        n = struct.calcsize("<" + fmt)
+        if pos[0] + n > size:
+            raise ValueError(f"{path}: the GGUF header ends early")
+        out = struct.unpack_from("<" + fmt, buf, pos[0])
+        pos[0] += n
+        return out[0] if len(out) == 1 else out
+
+    def string() -> bytes:
+        return read(f"{read('Q')}s")
+
+    def skip(vtype: int):
+        if vtype == 8:
+            n = read("Q")  # read first: `pos[0] += read(...)` would add to the position before the read
+            pos[0] += n
+        elif vtype == 9:
+            item, n = read("IQ")
+            if item in SCALARS:
+                pos[0] += SCALARS[item] * n
+            else:
+                for _ in range(n):
+                    skip(item)
+        elif vtype in SCALARS:
+            pos[0] += SCALARS[vtype]
+        else:
+            raise ValueError(f"{path}: unknown GGUF value type {vtype}")
+
+    if read("4s") != b"GGUF" or read("I") not in (2, 3):
+        raise ValueError(f"{path} is not a GGUF v2 / v3 file")
+    n_tensors, n_kv = read("QQ")
+    align = 32
+    for _ in range(n_kv):
+        key, vtype = string(), read("I")
+        if key == b"general.alignment" and vtype == 4:
+            align = read("I")
+        else:
+            skip(vtype)
+    infos = []
+    for _ in range(n_tensors):
+        name, dims = string().decode(), read("I")
+        shape = tuple(read("Q") for _ in range(dims))
+        infos.append((name, read("I"), shape, read("Q")))
+    start = -(-pos[0] // align) * align
+    table = {}
+    for name, t, shape, offset in infos:
+        kind = GGML_NAMES.get(t, "?")
+        nbytes = row_bytes(kind, shape[0]) * int(np.prod(shape[1:])) if kind in BLOCK else 0
+        if start + offset + nbytes > size:
+            raise ValueError(f"{path}: tensor {name} runs past the end of the file")
+        data = np.memmap(path, np.uint8, "r", start + offset, (nbytes,)) if nbytes else None
+        table[name] = Tensor(kind, shape, data)
+    return table
+
+
 def matrix_candidates(names: list, tensors: dict, n_heads: int, n_kv: int) -> list:
     """Every RawCodes the tensors `names` could stand for (one per combination of row orders), most likely first."""
     import itertools
-    parts = [(tensors[t].tensor_type.name, tensors[t].data, int(tensors[t].shape[1]), int(tensors[t].shape[0]))
-             for t in names]
+    parts = [(tensors[t].kind, tensors[t].data, int(tensors[t].shape[1]), int(tensors[t].shape[0])) for t in names]
     orders = [row_orders(t.split(".")[-2], p[2], n_heads, n_kv) for t, p in zip(names, parts)]
     combos = list(itertools.product(*orders))
     combos.sort(key=lambda cs: sum(o is not None for o in cs))
@@ -151,14 +225,17 @@ def matrix_candidates(names: list, tensors: dict, n_heads: int, n_kv: int) -> li
 
 def model_raw(gguf_path, n_layers: int, n_heads: int, n_kv: int) -> dict:
     """{'head' | 'i.wqkv' ...: [builders of RawCodes, most likely row order first]} for every fused matrix whose
-    tensors are all present and of a type q8_mm multiplies; the caller keeps the first that `matches` the model."""
-    from gguf import GGUFReader
-    tensors = {t.name: t for t in GGUFReader(str(gguf_path)).tensors}
+    tensors are all present and of a type q8_mm multiplies; the caller keeps the first that `matches` the model.
+    {} for a file that cannot be read as a GGUF (the model then keeps its own products)."""
+    try:
+        tensors = tensor_table(gguf_path)
+    except (OSError, ValueError):
+        return {}
     names = {f"{i}.{k}": [f"blk.{i}.{t}.weight" for t in ts] for i in range(n_layers) for k, ts in GGUF_NAMES.items()}
     names["head"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
     out = {}
     for key, ts in names.items():
-        if all(t in tensors and tensors[t].tensor_type.name in TYPES for t in ts):
+        if all(t in tensors and tensors[t].kind in TYPES and len(tensors[t].shape) == 2 for t in ts):
             out[key] = matrix_candidates(ts, tensors, n_heads, n_kv)
     return out
 
