@@ -2,7 +2,8 @@
 
 - amx     codes_mm on AMX-BF16 tiles (gguf_mm.c)
 - avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
-- avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights)
+- avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights); q8_mm (gguf_q8.c: int8 activations on the
+          raw GGUF blocks, llama.cpp's arithmetic), which SPECLENS_GGUF_MATH=auto picks where avx2 is the best variant
 - none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
 The cap lets one machine run and test every variant below its best one.
 """
