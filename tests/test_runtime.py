@@ -107,8 +107,10 @@ def test_make_runner_choices():
 @pytest.mark.model
 @pytest.mark.skipif(not (converted_dir(DEFAULT_MODEL) / "config.json").is_file(),
                     reason="default model not converted on this machine")
-def test_default_model_short():
+def test_default_model_short(monkeypatch):
+    """The fast runtime's own fp32 products against transformers' (a GGUF's int8 products: tests/test_gguf_q8.py)."""
     from core.models import load_model
+    monkeypatch.setenv("SPECLENS_GGUF_CODES", "0")
 
     model, _ = load_model(DEFAULT_MODEL)
     runner = make_runner(model, None, "auto")

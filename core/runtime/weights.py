@@ -255,14 +255,15 @@ CODES_MATH = ("auto", "bf16", "int8")
 
 
 def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
-    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here): auto = bf16 where AMX /
-    AVX512-BF16 run them (isa.codes_variant) on a bf16 model, else int8 where AVX2 runs q8_mm."""
+    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes where AMX /
+    AVX512-BF16 run them (isa.codes_variant) and the model is bf16 (an fp32 model there keeps its fp32 products);
+    int8 where AVX2 is the best variant allowed."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
-    variant = isa.codes_variant()
-    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant in ("amx", "avx512") and dtype == torch.bfloat16):
-        return "bf16" if variant != "none" and dtype == torch.bfloat16 else ""
-    return "int8" if gguf_q8.available() else ""
+    variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16
+    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant in ("amx", "avx512")):
+        return "bf16" if variant != "none" and bf16 else ""
+    return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or variant == "avx2") else ""
 
 
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:
