@@ -80,6 +80,7 @@ def test_a_fused_matrix_keeps_each_parts_rows_in_the_order_asked():
     assert c.types.tolist() == [6] * 32 + [14] * 16
     assert torch.equal(q8.dequantize_rows(c, range(48)), w)
     assert q8.matches(c, w) and not q8.matches(c, w.roll(1, 0))
+    assert q8.matches(c, [w[:32], w[32:]]) and not q8.matches(c, [w[:32], w[33:]])  # the linears, unstacked
 
 
 def test_unpermute_undoes_the_llama_converters_rope_interleave():

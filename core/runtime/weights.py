@@ -227,7 +227,6 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
     att, fused = layer.self_attn, linears(layer)
     pre_mlp = layer.pre_feedforward_layernorm if a.sandwich else layer.post_attention_layernorm
     w = {"ln1": norm_w(layer.input_layernorm, a), "ln2": norm_w(pre_mlp, a),
-         **{k: fuse_t(*lins) for k, lins in fused.items()},
          "bqkv": torch.cat([lin.bias.detach() for lin in fused["wqkv"]]).float() if a.qkv_bias else None,
          "window": window_of(hf_cfg, i), "rope": hf_cfg.layer_types[i] if None not in rope_subs(hf_cfg) else None}
     if a.qk_norm:
@@ -236,15 +235,22 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
         w["ln_att"] = norm_w(layer.post_attention_layernorm, a)
         w["ln_mlp"] = norm_w(layer.post_feedforward_layernorm, a)
     for k, lins in fused.items():
+        on_codes = codes.get(f"{i}.{k}")
+        if isinstance(on_codes, list):  # raw blocks, matched on the linears' own rows: no fused copy to build
+            w[k] = codes_forms(on_codes, [lin.weight.detach() for lin in lins])
+            if w[k] is not None:
+                continue
+            on_codes = None
+        wt = fuse_t(*lins)
         if fc.layout in ("plain", "hybrid"):
-            rebind(lins, w[k])
-        w[k] = codes_forms(codes.get(f"{i}.{k}"), w[k].t()) or forms(w[k], fc)
+            rebind(lins, wt)
+        w[k] = codes_forms(on_codes, wt.t()) or forms(wt, fc)
     return w
 
 
 def codes_forms(codes, w) -> "Forms | None":
     """Forms on the GGUF's codes when they stand for w [out, in] (bf16 codes: bit for bit; raw blocks: sampled rows of
-    every part), else None (the layout's forms)."""
+    every part, w also a list of the [out_i, in] matrices it stacks), else None (the layout's forms)."""
     if isinstance(codes, list):  # raw blocks: candidate row orders
         raw = gguf_q8.first_match(codes, w)
         return Forms(codes=raw) if raw is not None else None

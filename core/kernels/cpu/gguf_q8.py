@@ -112,12 +112,20 @@ def check_rows(c: RawCodes) -> list:
     return sorted({at + int(i) for _, at, n in c.parts for i in np.linspace(0, n - 1, min(n, CHECK_ROWS))})
 
 
+def stacked_rows(ws: list, rows: list) -> torch.Tensor:
+    """Rows of the matrices `ws` [out_i, k] stacked along the outputs, without stacking them."""
+    starts = np.cumsum([0] + [w.shape[0] for w in ws])
+    return torch.stack([ws[p][r - starts[p]] for r in rows for p in [int(np.searchsorted(starts, r, "right") - 1)]])
+
+
 def matches(c: RawCodes, w) -> bool:
-    """Whether the blocks stand for w [n, k]: sampled rows of every part dequantize to w's rows (in w's dtype)."""
-    if tuple(w.shape) != (c.n, c.k):
+    """Whether the blocks stand for w [n, k] (or the list of [n_i, k] matrices it stacks): sampled rows of every part
+    dequantize to w's rows, in w's dtype."""
+    ws = list(w) if isinstance(w, (list, tuple)) else [w]
+    if sum(x.shape[0] for x in ws) != c.n or any(x.shape[1] != c.k for x in ws):
         return False
     rows = check_rows(c)
-    return torch.equal(dequantize_rows(c, rows).to(w.dtype), w[rows].detach())
+    return torch.equal(dequantize_rows(c, rows).to(ws[0].dtype), stacked_rows(ws, rows).detach())
 
 
 # ---------------------------------------------------------------- a model's matrices, read from its GGUF
