@@ -1,7 +1,8 @@
 """python -m core.experiments.bench_isa: a GGUF target's decoding per CPU kernel variant, side by side in one process.
 
-One target model, one runner per variant: `codes-avx512` / `codes-avx2` / `codes-amx` (its products on its GGUF codes,
-SPECLENS_CPU_ISA capped to that variant while the runner is built), `packed` (oneDNN's packed bf16 copy), beside
+One target model, one runner per variant: `codes-avx512` / `codes-avx2` / `codes-amx` (its products on its GGUF's bf16
+codes, SPECLENS_CPU_ISA capped to that variant while the runner is built; a bf16 model), `int8` (its GGUF's blocks with
+int8 activations, AVX2: core/kernels/cpu/gguf_q8.py), `packed` (oneDNN's packed bf16 copy), beside
 transformers' `generate` (`hf`). Per prompt, interleaved: each variant's plain decoding (ar) and, with --spec, the
 speculative method on the pair (compared with that variant's own plain decoding) (the drafter shared, built under the uncapped ISA). Then per variant the ms of a 1-token
 step and of a verify-sized forward (the target's draft tree + 1 rows) after the prompt. Ratios only: a shared machine.
@@ -36,10 +37,15 @@ def target_of(pipe, name: str):
     """The target runner of variant `name` (codes-VARIANT | packed), on pipe's model."""
     from core.runtime.config import FastConfig
     from core.runtime.fast import make_runner
+    from core.kernels.cpu import gguf_q8
     if name == "packed":
         return make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes=False))
+    if name == "int8":
+        runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="int8"))
+        assert runner.codes_variant == gguf_q8.LABEL, (name, runner.codes_variant)
+        return runner
     with capped(name.removeprefix("codes-")):
-        runner = make_runner(pipe.model, pipe.tokenizer, "auto")
+        runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="bf16"))
     assert runner.codes_variant == isa.LABELS[name.removeprefix("codes-")], (name, runner.codes_variant)
     return runner
 
@@ -97,9 +103,11 @@ def main(argv=None) -> int:
     from core.pipeline import Pipeline
     a = parse(argv)
     torch.set_num_threads(a.threads)
-    here = [f"codes-{v}" for v in isa.codes_variants() if v != "none"]
-    names = [v.strip() for v in a.variants.split(",")] if a.variants else here + ["packed", "hf"]
+    from core.kernels.cpu import gguf_q8
     base = Pipeline.load(a.model, draft=a.draft)
+    bf16 = base.model.dtype == torch.bfloat16  # the bf16 codes multiply a bf16 model's own weights
+    here = [f"codes-{v}" for v in isa.codes_variants() if v != "none" and bf16] + ["int8"] * gguf_q8.available()
+    names = [v.strip() for v in a.variants.split(",")] if a.variants else here + ["packed", "hf"]
     pipes = {v: base if v == "hf" else pipeline_of(base, target_of(base, v)) for v in names}
     prompts = select_prompts(argparse.Namespace(prompts=None, categories=a.categories, limit=a.limit))
     runs = [(v, "ar") for v in names] + [(v, a.spec) for v in names if a.spec and v != "hf"]
