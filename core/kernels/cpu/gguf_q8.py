@@ -8,6 +8,7 @@ own input row only, so verify rows equal 1-token passes bit for bit. `matrix_raw
 fused matrix holds (q|k|v, gate|up), rows in the order the converted model holds them (transformers un-permutes a
 llama GGUF's q / k rows); `matches` checks rows of every part against the model's weights.
 """
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -77,8 +78,13 @@ def matrix_raw(parts: list) -> RawCodes:
 
 def available() -> bool:
     """Whether q8_mm runs here: the library is built, the CPU has AVX2 + FMA and SPECLENS_CPU_ISA allows avx2."""
+    return built() and isa.allowed("avx2")
+
+
+@functools.cache
+def built() -> bool:
     lib = cpu_layer.lib()
-    return lib is not None and bool(lib.q8_ok()) and isa.allowed("avx2")
+    return lib is not None and bool(lib.q8_ok())
 
 
 def q8_mm(x, c: RawCodes):
