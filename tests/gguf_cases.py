@@ -96,3 +96,19 @@ def on_codes(runner) -> list:
     """Which of the runner's products run on codes: the head's, then each layer's four."""
     from core.runtime.weights import MATRICES
     return [runner.head_t.codes is not None] + [w[k].codes is not None for w in runner.layers for k in MATRICES]
+
+
+def spec_and_ar(runner, target, draft, method: str = "nanospec") -> tuple:
+    """(speculative records, plain records) of 40 new tokens after a 40-token random prompt (a 2-call prefill): plain
+    decoding on `runner`, `method` on a fresh FastRunner of `target` drafted by `draft` (tree 4 / 2 / 8)."""
+    from core.config import SpecConfig
+    from core.decoding.draft import ModelDrafter
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.runtime.fast import FastRunner
+    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
+    drafter = ModelDrafter(FastRunner(draft))
+    spec = list(generate(FastRunner(target), drafter, build_head(method, drafter.head_weight, cfg), prompt, cfg))
+    return spec, ar

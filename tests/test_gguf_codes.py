@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from gguf_cases import dequantized, fused, gguf_qwen2, on_codes, random_blocks
+from gguf_cases import dequantized, fused, gguf_qwen2, on_codes, random_blocks, spec_and_ar
 
 from core.kernels.cpu import gguf_codes as g
 from core.kernels.cpu import isa
@@ -108,21 +108,13 @@ def test_cached_codes_load_back_equal_and_another_layout_is_rebuilt(tmp_path, mo
 @needs_codes
 @pytest.mark.parametrize("method", ["full", "nanospec"])
 def test_a_bf16_model_on_its_codes_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, method):
-    from core.config import SpecConfig
     from core.runtime.fast import FastRunner
-    from core.decoding.draft import ModelDrafter
-    from core.decoding.engine import generate
-    from core.decoding.heads import build_head
     from core.trace.stats import compare_to_ar
 
     target, draft = gguf_qwen2(tmp_path / "tiny.gguf")
     runner = FastRunner(target)
     assert all(on_codes(runner)) and runner.exact_reason == ""
-    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()  # a 2-call prefill
-    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
-    cfg = SpecConfig(method=method, max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
-    drafter = ModelDrafter(FastRunner(draft))
-    spec = list(generate(FastRunner(target), drafter, build_head(method, drafter.head_weight, cfg), prompt, cfg))
+    spec, ar = spec_and_ar(runner, target, draft, method)
     assert compare_to_ar(spec, ar)["identical"]
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 

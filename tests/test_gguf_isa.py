@@ -3,7 +3,7 @@ each decodes a GGUF's codes to gguf-py's weights bit for bit, multiplies by them
 rows share the call, and a bf16 model on them keeps speculative greedy = its own greedy."""
 import pytest
 import torch
-from gguf_cases import fused, gguf_qwen2, on_codes
+from gguf_cases import fused, gguf_qwen2, on_codes, spec_and_ar
 
 from core.errors import SpecError
 from core.kernels.cpu import gguf_codes as g
@@ -86,22 +86,14 @@ def test_an_unknown_cap_is_refused_by_name(monkeypatch):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_model_on_each_variant_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, monkeypatch, variant):
-    from core.config import SpecConfig
     from core.runtime.fast import FastRunner
-    from core.decoding.draft import ModelDrafter
-    from core.decoding.engine import generate
-    from core.decoding.heads import build_head
     from core.trace.stats import compare_to_ar
 
     monkeypatch.setenv(isa.ENV, variant)
     target, draft = gguf_qwen2(tmp_path / "tiny.gguf")
     runner = FastRunner(target)
     assert all(on_codes(runner)) and runner.exact_reason == ""
-    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()
-    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
-    cfg = SpecConfig(method="nanospec", max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
-    drafter = ModelDrafter(FastRunner(draft))
-    spec = list(generate(FastRunner(target), drafter, build_head("nanospec", drafter.head_weight, cfg), prompt, cfg))
+    spec, ar = spec_and_ar(runner, target, draft)
     assert compare_to_ar(spec, ar)["identical"]
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 

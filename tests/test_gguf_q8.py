@@ -5,7 +5,7 @@ greedy."""
 import numpy as np
 import pytest
 import torch
-from gguf_cases import dequantized, gguf_qwen2, mixed, on_codes, random_blocks
+from gguf_cases import dequantized, gguf_qwen2, mixed, on_codes, random_blocks, spec_and_ar
 
 from core.kernels.cpu import gguf_q8 as q8
 from core.kernels.cpu import isa
@@ -125,10 +125,6 @@ def test_the_none_cap_turns_the_kernel_off(monkeypatch):
 @needs_q8
 @pytest.mark.parametrize("arch, dtype", [("qwen2", torch.float32), ("llama", torch.float32), ("qwen2", torch.bfloat16)])
 def test_a_model_on_its_blocks_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, monkeypatch, arch, dtype):
-    from core.config import SpecConfig
-    from core.decoding.draft import ModelDrafter
-    from core.decoding.engine import generate
-    from core.decoding.heads import build_head
     from core.runtime.fast import FastRunner
     from core.trace.stats import compare_to_ar
 
@@ -136,11 +132,7 @@ def test_a_model_on_its_blocks_keeps_speculative_greedy_equal_to_its_own_greedy(
     target, draft = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=dtype, arch=arch)
     runner = FastRunner(target)
     assert all(on_codes(runner)) and runner.exact_reason == "" and runner.codes_variant == "avx2-int8"
-    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(3)).tolist()
-    ar = list(generate(runner, None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
-    cfg = SpecConfig(method="nanospec", max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
-    drafter = ModelDrafter(FastRunner(draft))
-    spec = list(generate(FastRunner(target), drafter, build_head("nanospec", drafter.head_weight, cfg), prompt, cfg))
+    spec, ar = spec_and_ar(runner, target, draft)
     assert compare_to_ar(spec, ar)["identical"]
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from core.config import SpecConfig
-from core.kernels.cpu import isa
+from core.kernels.cpu import gguf_q8, isa
 from core.models import draft_defaults
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
@@ -37,7 +37,6 @@ def target_of(pipe, name: str):
     """The target runner of variant `name` (codes-VARIANT | packed), on pipe's model."""
     from core.runtime.config import FastConfig
     from core.runtime.fast import make_runner
-    from core.kernels.cpu import gguf_q8
     if name == "packed":
         return make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes=False))
     if name == "int8":
@@ -103,7 +102,6 @@ def main(argv=None) -> int:
     from core.pipeline import Pipeline
     a = parse(argv)
     torch.set_num_threads(a.threads)
-    from core.kernels.cpu import gguf_q8
     base = Pipeline.load(a.model, draft=a.draft)
     bf16 = base.model.dtype == torch.bfloat16  # the bf16 codes multiply a bf16 model's own weights
     here = [f"codes-{v}" for v in isa.codes_variants() if v != "none" and bf16] + ["int8"] * gguf_q8.available()

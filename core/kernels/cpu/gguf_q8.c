@@ -94,6 +94,15 @@ T2I __m256i bits32(const uint8_t *p) { /* 32 bits -> 32 bytes 0x10 where the bit
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
 }
 
+/* Σ_j s16_j · (q_j · x_j) over a superblock's 8 vectors of 32 codes q (u8) and inputs x (s8), per i32 lane */
+T2I __m256i scaled_dot(const __m256i q[8], const __m256i s16[8], const int8_t *xq) {
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++)
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(
+                _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j))), s16[j]));
+    return s;
+}
+
 /* Q4_K: 144-byte superblocks (d, dmin fp16; 12 bytes of 6-bit sc, m; 128 bytes of nibbles) */
 T2I __m128i scale_min_k4(const uint8_t *q) { /* 16 bytes: sc[0..7], m[0..7] (llama.cpp's unpacking of the 12 bytes) */
     uint32_t u[4];
@@ -130,10 +139,7 @@ T2I void dot_q4k(const int R, const uint8_t *w, const Act *a, int r0, float *y, 
         for (int j = 0; j < 8; j++) s16[j] = lane_word(sc, j);
         for (int i = r0; i < r0 + R; i++) {
             const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb;
-            __m256i s = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++)
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j))), s16[j]));
+            __m256i s = scaled_dot(q, s16, xq);
             __m256i mb = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(a->bs16 + (size_t)i * (k / 16) + 16 * sb)));
             float dx = a->d256[(size_t)i * nsb + sb];
             acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * dx), acc[i - r0]);
@@ -169,10 +175,7 @@ T2I void dot_q6k(const int R, const uint8_t *w, const Act *a, int r0, float *y, 
         __m256i scs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         for (int i = r0; i < r0 + R; i++) {
             const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb;
-            __m256i s = _mm256_setzero_si256();
-            for (int j = 0; j < 8; j++)
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(q[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j))), s16[j]));
+            __m256i s = scaled_dot(q, s16, xq);
             __m256i off = _mm256_madd_epi16(scs, _mm256_loadu_si256((const __m256i *)(a->bs16 + (size_t)i * (k / 16) + 16 * sb)));
             s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
             float dx = a->d256[(size_t)i * nsb + sb];
@@ -233,10 +236,6 @@ T2 static void dot(int type, int R, const uint8_t *w, const Act *a, int r0, floa
     #undef D
 }
 
-int q8_type_ok(int type) {
-    return type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1 || type == Q8_0 || type == Q4_K || type == Q6_K;
-}
-
 /* x [m, k] fp32; types [n] (ggml ids), off [n] byte offsets of each output row's blocks in raw; y [m, n] fp32 */
 void q8_mm(const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off, const uint8_t *raw,
            int kinds, float *y, int threads) {
@@ -262,7 +261,6 @@ void q8_mm(const float *x, int m, int k, int n, const uint8_t *types, const int6
 
 #else
 int q8_ok(void) { return 0; }
-int q8_type_ok(int type) { (void)type; return 0; }
 void q8_mm(const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off, const uint8_t *raw,
            int kinds, float *y, int threads) {
     (void)x; (void)m; (void)k; (void)n; (void)types; (void)off; (void)raw; (void)kinds; (void)y; (void)threads;

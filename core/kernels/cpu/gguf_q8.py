@@ -14,11 +14,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from core.kernels.cpu import cpu_layer, isa
+from core.kernels.cpu import cpu_layer, gguf_codes, isa
 
-TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}  # ggml's type ids
+GGML_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
+              11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}  # ggml's type ids
 BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
-         "Q4_K": (256, 144), "Q6_K": (256, 210)}  # (inputs, bytes) per block
+         "Q4_K": (256, 144), "Q6_K": (256, 210)}  # (inputs, bytes) per block of the types q8_mm multiplies
+TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
 LABEL = "avx2-int8"
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
@@ -60,9 +62,9 @@ def matrix_raw(parts: list) -> RawCodes:
         raise ValueError("the fused tensors differ in their input size")
     rows, types, spans, at = [], [], [], 0
     for kind, raw, n, _, order in parts:
-        b = np.asarray(raw).reshape(-1).view(np.uint8)
-        if b.size != n * row_bytes(kind, k):
-            raise ValueError(f"{kind} [{n}, {k}]: {b.size} bytes, not {n * row_bytes(kind, k)}")
+        b, size = np.asarray(raw).reshape(-1).view(np.uint8), n * row_bytes(kind, k)
+        if b.size != size:
+            raise ValueError(f"{kind} [{n}, {k}]: {b.size} bytes, not {size}")
         r = b.reshape(n, -1)
         rows.append(r if order is None else r[np.asarray(order)])
         types.append(np.full(n, TYPES[kind], np.uint8))
@@ -103,10 +105,9 @@ def q8_mm(x, c: RawCodes):
 def dequantize_rows(c: RawCodes, rows) -> torch.Tensor:
     """Rows of the matrix the blocks stand for, fp32 [len(rows), k] (gguf-py's dequantizer)."""
     from gguf import GGMLQuantizationType, dequantize
-    names = {v: k for k, v in TYPES.items()}
     out = []
     for r in rows:
-        kind = names[int(c.types[r])]
+        kind = GGML_NAMES[int(c.types[r])]
         size = row_bytes(kind, c.k)
         block = c.raw[int(c.off[r]):int(c.off[r]) + size].numpy()
         out.append(dequantize(block, GGMLQuantizationType[kind]).reshape(c.k).astype(np.float32))
@@ -136,10 +137,6 @@ def matches(c: RawCodes, w) -> bool:
 
 # ---------------------------------------------------------------- a model's matrices, read from its GGUF
 
-GGUF_NAMES = {"wqkv": ("attn_q", "attn_k", "attn_v"), "wo": ("attn_output",), "wgu": ("ffn_gate", "ffn_up"),
-              "wd": ("ffn_down",)}  # the runtime's fused matrices (core/runtime/weights.py: linears)
-
-
 def unpermute(n: int, heads: int) -> np.ndarray:
     """The GGUF row of each of the model's rows where transformers un-permuted a llama GGUF's q / k rows
     (rope halves interleaved per head by llama.cpp's converter)."""
@@ -152,8 +149,6 @@ def row_orders(name: str, n: int, n_heads: int, n_kv: int) -> list:
     return [None] if heads is None or n % (2 * heads) else [None, unpermute(n, heads)]
 
 
-GGML_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
-              11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
 SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
 
 
@@ -245,10 +240,8 @@ def model_raw(gguf_path, n_layers: int, n_heads: int, n_kv: int) -> dict:
         tensors = tensor_table(gguf_path)
     except (OSError, ValueError):
         return {}
-    names = {f"{i}.{k}": [f"blk.{i}.{t}.weight" for t in ts] for i in range(n_layers) for k, ts in GGUF_NAMES.items()}
-    names["head"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
     out = {}
-    for key, ts in names.items():
+    for key, ts in gguf_codes.matrix_tensors(n_layers, tensors).items():
         if all(t in tensors and tensors[t].kind in TYPES and len(tensors[t].shape) == 2 for t in ts):
             out[key] = matrix_candidates(ts, tensors, n_heads, n_kv)
     return out
