@@ -5,7 +5,7 @@ from core.errors import SpecError
 from core.trace.record import SOURCES
 
 METHODS = ("ar", "full", "frspec", "nanospec", "slimspec", "nanoslim")
-SHAPES = ("tree", "chain")
+SHAPES = ("tree", "chain", "context", "auto")  # context: no model draft; auto: core.calibration.resolve_shape
 WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")
@@ -74,6 +74,8 @@ class SpecConfig:
         _number("top_p", self.top_p)
         if not (self.temperature == 0.0 or MIN_TEMPERATURE <= self.temperature <= 10.0):
             raise SpecError(f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, 10], got {self.temperature}")
+        if self.shape == "context" and self.context != "on":
+            raise SpecError("shape context drafts from the token history alone: it needs context on")
         if not (0.0 < self.top_p <= 1.0):
             raise SpecError(f"top_p must be in (0, 1], got {self.top_p}")
         return self

@@ -1,11 +1,12 @@
-"""python -m core calibrate (core/experiments/calibrate.py) on a tiny random pipeline: what it measures, where it
-keeps it, and the predictions the CLI and bench print from it."""
+"""python -m core calibrate (core/experiments/calibrate.py) and its files (core/calibration.py) on a tiny random
+pipeline: what it measures, where it keeps it, the predictions the CLI and bench print from it, and `--shape auto`."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from conftest import peaky_tiny
+from core import calibration
 from core.config import SpecConfig
 from core.decoding.draft import ModelDrafter
 from core.errors import SpecError
@@ -41,7 +42,8 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert len(costs["verify"]) == args.rows and set(costs["verify_by_context"]) == {"8", "24"}
     assert len(costs["backbone"]) == args.width and set(costs["head"]) == {"full", "nanospec"}
     assert all(len(v) == args.width for v in costs["head"].values())
-    assert all(t > 0 for t in costs["verify"] + costs["backbone"]) and set(costs["other"]) == {"full", "nanospec"}
+    assert all(t > 0 for t in costs["verify"] + costs["backbone"])
+    assert set(costs["other"]) == {"full", "nanospec", "context"}  # the context alone's bookkeeping too
 
 
 def test_acceptance_is_a_rate_per_depth_and_rank_for_each_head(pipe, args, single_thread):
@@ -52,36 +54,38 @@ def test_acceptance_is_a_rate_per_depth_and_rank_for_each_head(pipe, args, singl
         assert len(a) == calibrate.WIDE["depth"] and all(len(row) == calibrate.WIDE["top_k"] for row in a)
         assert all(0.0 <= x <= 1.0 for row in a for x in row) and acc["heads"][m]["tried"][0][0] > 0
     assert not any(p.startswith("heldout") for p in acc["prompts"])  # calibration never reads the held-out set
+    ctx = acc["context"]
+    assert ctx["steps"] > 0 and ctx["tau"] >= 1.0 and ctx["rows"] >= 1.0 and 0.0 <= ctx["drafted"] <= 1.0
 
 
 def test_a_calibration_belongs_to_one_machine_model_runtime_and_thread_count(pipe, monkeypatch):
-    base = calibrate.costs_path(calibrate.calibration_key(pipe))
+    base = calibration.costs_path(calibration.calibration_key(pipe))
     monkeypatch.setenv("SPECLENS_CPU_ISA", "avx2")
-    assert calibrate.costs_path(calibrate.calibration_key(pipe)) != base
+    assert calibration.costs_path(calibration.calibration_key(pipe)) != base
     monkeypatch.delenv("SPECLENS_CPU_ISA")
     old = torch.get_num_threads()
     torch.set_num_threads(old + 1)
     try:
-        assert calibrate.costs_path(calibrate.calibration_key(pipe)) != base
+        assert calibration.costs_path(calibration.calibration_key(pipe)) != base
     finally:
         torch.set_num_threads(old)
-    assert calibrate.costs_path(calibrate.calibration_key(pipe)) == base
+    assert calibration.costs_path(calibration.calibration_key(pipe)) == base
 
 
 def test_the_prediction_says_how_to_calibrate_where_nothing_is_cached(pipe, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibrate, "ASSETS", tmp_path)
-    p = calibrate.prediction(pipe, SpecConfig(method="nanospec"))
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
+    p = calibration.prediction(pipe, SpecConfig(method="nanospec"))
     assert p["predicted_speedup"] is None and "python -m core calibrate --acceptance" in p["prediction_note"]
 
 
 def test_the_prediction_reads_the_cached_calibration(pipe, costs, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibrate, "ASSETS", tmp_path)
-    calibrate.write_atomic(calibrate.costs_path(calibrate.calibration_key(pipe)), calibrate.json.dumps(costs))
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
     acc = {"heads": {"nanospec": {"a": [[0.9, 0.1]] * 6}}}
-    calibrate.write_atomic(calibrate.acceptance_path(pipe), calibrate.json.dumps(acc))
-    p = calibrate.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3))
+    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps(acc))
+    p = calibration.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3))
     assert p["predicted_tau"] == pytest.approx(1 + 0.9 + 0.81 + 0.729, abs=1e-3)
     assert p["predicted_speedup"] > 0 and p["break_even_tau"] > 1 and p["prediction_note"] == ""
 
@@ -96,12 +100,65 @@ def test_calibrate_names_a_bad_method_and_a_too_small_grid():
 def test_bench_summary_rows_get_the_prediction_beside_the_measured_speedup(pipe, costs, tmp_path, monkeypatch):
     from core.experiments.bench import add_predictions
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibrate, "ASSETS", tmp_path)
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
     cfgs = {"ar": SpecConfig(method="ar"), "nanospec": SpecConfig(method="nanospec")}
     rows = [{"method": "ar", "predicted_speedup": ""}, {"method": "nanospec", "predicted_speedup": ""}]
     add_predictions(rows, pipe, cfgs)
     assert [r["predicted_speedup"] for r in rows] == ["", ""]  # nothing calibrated yet
-    calibrate.write_atomic(calibrate.costs_path(calibrate.calibration_key(pipe)), calibrate.json.dumps(costs))
-    calibrate.write_atomic(calibrate.acceptance_path(pipe), calibrate.json.dumps({"heads": {"nanospec": {"a": [[0.5]]}}}))
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
+    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps({"heads": {"nanospec": {"a": [[0.5]]}}}))
     add_predictions(rows, pipe, cfgs)
     assert rows[0]["predicted_speedup"] == "" and rows[1]["predicted_speedup"] > 0
+
+
+# ---------------------------------------------------------------- --shape auto
+
+def calibrated(pipe, costs, tmp_path, monkeypatch, a, context=None):
+    """This machine's costs and an acceptance table a[d][r] for nanospec (and the context alone's τ, rows)."""
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
+    acc = {"heads": {"nanospec": {"a": a}}} | ({"context": context} if context else {})
+    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps(acc))
+
+
+def test_auto_without_a_calibration_runs_the_models_measured_shape_and_says_how_to_calibrate(pipe, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto"))
+    assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6)  # SpecConfig's: no measured shape
+    assert "python -m core calibrate" in note and "tree 3/2/6" in note
+
+
+def test_auto_picks_the_grid_shape_of_highest_predicted_speedup(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
+    data, acc = calibration.cached(pipe)
+    best = max(calibration.verdict(data, acc, "nanospec", s).speedup for s in calibration.cost.shape_grid())
+    assert cfg.shape in ("tree", "chain") and note.startswith("auto: ")
+    assert calibration.prediction(pipe, cfg)["predicted_speedup"] == pytest.approx(best, abs=1e-3)
+
+
+def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0})
+    costs_ctx = costs | {"other": costs["other"] | {"context": 0.0}}
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs_ctx))
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
+    assert cfg.shape == "context" and "context alone" in note
+    off, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
+    assert off.shape in ("tree", "chain")  # with context drafting off, a model draft is the only choice
+
+
+def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
+    prompt = "the cat sat on the mat the cat sat on the mat the cat"
+    ar = [t for r in pipe.run(prompt, SpecConfig(method="ar", max_new_tokens=24)) for t in r.emitted]
+    for shape in ("auto", "context"):
+        recs = list(pipe.run(prompt, SpecConfig(method="nanospec", shape=shape, max_new_tokens=24)))
+        assert [t for r in recs for t in r.emitted] == ar
+    assert all(r.tree["head_calls"] == 0 for r in recs if r.kind == "step")  # the context alone: no model draft
+
+
+def test_the_context_alone_needs_context_drafting_on():
+    with pytest.raises(SpecError, match="needs context on"):
+        SpecConfig(shape="context", context="off").validate()

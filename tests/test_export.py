@@ -1,6 +1,5 @@
 """Export of static draft vocabularies (SGLang / vLLM / EAGLE-3) and of the EAGLE head in the official layout."""
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch

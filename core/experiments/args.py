@@ -27,7 +27,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")
     p.add_argument("--shape", default=None, choices=SHAPES,
-                   help=f"default: the model's measured shape (core.models.Alias.draft_defaults), else {d.shape}")
+                   help="tree | chain | context (no model draft: prompt lookup alone) | auto (the cost model's best on "
+                        "this machine's calibration, context alone included; python -m core calibrate). Default: auto "
+                        "where the command offers it and no --depth/--top-k/--tree-size/--gamma is given, else the "
+                        f"model's measured shape (core.models.Alias.draft_defaults), else {d.shape}")
     p.add_argument("--window", default=d.window, choices=WINDOWS)
     p.add_argument("--sources", default=d.sources, help="which chunks enter NanoSpec's stream S (comma list)")
     for name in ("w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "preview", "depth", "top_k", "tree_size",
@@ -48,12 +51,15 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
 
 
-def config_from(args, method: str) -> SpecConfig:
-    """The engine options of `args`; draft-shape options not given come from the model's measured shape."""
+def config_from(args, method: str, auto: bool = False) -> SpecConfig:
+    """The engine options of `args`; draft-shape options not given come from the model's measured shape, or with
+    `auto` (the commands a user runs: generate, bench) the shape is "auto" unless one of them was given."""
     from core.models import draft_defaults
     keys = ("shape", "window", "sources", "w_max", "k_pre", "k_ver", "fr_size", "rank", "rescore", "preview", "depth", "top_k",
             "tree_size", "gamma", "seed", "max_new_tokens", "temperature", "top_p", "backend", "slim_init", "context", "context_len")
     opts = {k: getattr(args, k) for k in keys}
+    if auto and opts["shape"] is None and all(opts[k] is None for k in ("depth", "top_k", "tree_size", "gamma")):
+        opts["shape"] = "auto"
     shape = draft_defaults(getattr(args, "model", None))
     opts |= {k: shape.get(k, getattr(SpecConfig, k)) for k in DRAFT_KEYS if opts[k] is None}
     return SpecConfig(method=method, **opts).validate()

@@ -145,7 +145,7 @@ def summary_row(cat, method, a, ar) -> dict:
 
 def add_predictions(summary: list, pipe, cfgs: dict) -> None:
     """predicted_speedup beside speedup_vs_ar: the cost model on this machine's cached calibration ("" without one)."""
-    from core.experiments.calibrate import prediction
+    from core.calibration import prediction
     predicted = {m: prediction(pipe, c)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
     for row in summary:
         row["predicted_speedup"] = predicted.get(row["method"]) or row["predicted_speedup"]
@@ -172,7 +172,7 @@ def run_bench(args) -> list:
     from tqdm import tqdm
     methods = methods_of(args.methods)
     prompts = select_prompts(args)
-    cfgs = {m: config_from(args, m) for m in methods}
+    cfgs = {m: config_from(args, m, auto=True) for m in methods}
     out = Path(args.out)
     settings = {"model": args.model, "draft": args.draft, "runtime": args.runtime, "prompts": [p.id for p in prompts],
                 "configs": {m: c.to_dict() for m, c in cfgs.items()}}
@@ -181,6 +181,7 @@ def run_bench(args) -> list:
     done = open_out(out, settings)
     set_threads(args)
     pipe = pipeline_from(args)
+    cfgs = resolved(pipe, cfgs)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
         list(pipe.run(prompts[0].text, replace(cfgs[m], max_new_tokens=4)))
     steps_path = out / "steps.csv"
@@ -204,6 +205,17 @@ def run_bench(args) -> list:
     add_predictions(summary, pipe, cfgs)
     write_csv(out / "summary.csv", SUMMARY_COLS, summary)
     return summary
+
+
+def resolved(pipe, cfgs: dict) -> dict:
+    """Each method's config with `--shape auto` resolved on this machine's calibration, the choice printed."""
+    from core.calibration import resolve_shape
+    out = {}
+    for m, c in cfgs.items():
+        out[m], note = resolve_shape(pipe, c)
+        if note:
+            print(f"{m}: {note}", file=sys.stderr)
+    return out
 
 
 def set_threads(args) -> None:

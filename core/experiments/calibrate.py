@@ -9,61 +9,24 @@ ones, and writes assets/acceptance/): a[d][r] for each head, from engine runs wi
 From the two, core/decoding/cost.py predicts each method's speedup at its shape, its break-even τ and its best shape.
 """
 import argparse
-import hashlib
 import json
 import os
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from core.calibration import (CONTEXT, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
+                              verdict)
 from core.config import SpecConfig
-from core.decoding import cost
 from core.decoding.draft import DraftState
-from core.decoding.tree import tree_shape
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
-from core.paths import ASSETS, cache_root, write_atomic
+from core.paths import write_atomic
 from core.trace.stats import acceptance_counts, acceptance_rates
 
 HEADS = ("full", "frspec", "nanospec", "slimspec", "nanoslim")
 WIDE = {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}  # the acceptance runs' tree: a[d][r] to depth 6, rank 4
-CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "asimd", "sve")
-
-
-# ---------------------------------------------------------------- where a calibration belongs
-
-def machine() -> dict:
-    """The CPU, the features the kernels dispatch on, the torch threads and the ISA cap in force."""
-    flags, name = set(), platform.processor()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith(("flags", "Features")) and not flags:
-                flags = set(line.split(":", 1)[1].split())
-            elif line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {"cpu": name, "features": [f for f in CPU_FLAGS if f in flags], "threads": torch.get_num_threads(),
-            "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
-
-
-def calibration_key(pipe) -> dict:
-    return {"machine": machine(), "model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
-            "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch.")}
-
-
-def costs_path(key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "calibration" / f"{key['model'].replace('/', '--')}-{digest}.json"
-
-
-def acceptance_path(pipe) -> Path:
-    from core.models import model_alias
-    name = model_alias(pipe.model_id) or str(pipe.model_id).replace("/", "--")
-    return ASSETS / "acceptance" / f"{name}__{pipe.draft_name.replace('/', '--')}.json"
 
 
 # ---------------------------------------------------------------- measuring costs
@@ -97,7 +60,7 @@ def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
         h, _ = pipe.target.forward(prompt[:n], torch.arange(n_ctx, n_ctx + n), None)
         pipe.target.logits(h)
         pipe.target.commit(drop)
-    return [ms(lambda: verify(n), reps) for n in range(1, rows + 1)]
+    return [ms(lambda n=n: verify(n), reps) for n in range(1, rows + 1)]
 
 
 def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:
@@ -110,13 +73,13 @@ def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) ->
         parent = DraftState(state.head_in[-1:][rows], None if state.state is None else state.state[-1:][rows])
         pipe.drafter.expand(parent, prompt[:w], torch.full((w,), n_ctx), torch.eye(w, dtype=torch.bool))
         pipe.drafter.rollback()
-    backbone = [ms(lambda: expand(w), reps) for w in range(1, width + 1)]
+    backbone = [ms(lambda w=w: expand(w), reps) for w in range(1, width + 1)]
     heads = {}
     for m in methods:
         head = pipe.build_head(config_for(pipe, m))
         head.on_prefill(prompt, logits)
         h = state.head_in[-1:]
-        heads[m] = [ms(lambda: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
+        heads[m] = [ms(lambda head=head, w=w: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
     return backbone, heads
 
 
@@ -125,9 +88,10 @@ def config_for(pipe, method: str, **over) -> SpecConfig:
     return SpecConfig(method=method, **(draft_defaults(pipe.model_id) | over)).validate(pipe.vocab_size)
 
 
-def step_overhead(pipe, method: str, prompt: str, n_new: int) -> float:
+def step_overhead(pipe, method: str, prompt: str, n_new: int, **over) -> float:
     """Mean per-step milliseconds the parts above leave out (the engine's `other` and `gather` timers)."""
-    recs = [r for r in pipe.run(prompt, config_for(pipe, method, max_new_tokens=n_new, context="off")) if r.kind == "step"]
+    cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
+    recs = [r for r in pipe.run(prompt, cfg) if r.kind == "step"]
     return statistics.mean(r.timing_ms["other"] + r.timing_ms["gather"] for r in recs) if recs else 0.0
 
 
@@ -146,13 +110,11 @@ def measure_costs(pipe, args, progress=print) -> dict:
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
         other[m] = step_overhead(pipe, m, prompt, 24)
+    progress("bookkeeping per step: the context alone")
+    other[CONTEXT] = step_overhead(pipe, "nanospec", prompt, 24, shape=CONTEXT, context="on")
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
             "head": heads, "other": other}
-
-
-def costs_of(data: dict, method: str) -> cost.Costs:
-    return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method])
 
 
 # ---------------------------------------------------------------- measuring acceptance
@@ -172,57 +134,32 @@ def measure_acceptance(pipe, args, progress=print) -> dict:
                                                                         context="off", **WIDE))]
         counts = acceptance_counts(recs, WIDE["depth"], WIDE["top_k"])
         out[m] = {"a": acceptance_rates(counts, floor=8), **counts}
+    progress(f"acceptance: the context alone on {len(prompts)} prompts")
     return {"model": pipe.model_id, "draft": pipe.draft_name, "tree": WIDE, "prompts": [p.id for p in prompts],
-            "max_new_tokens": args.max_new_tokens, "heads": out}
+            "max_new_tokens": args.max_new_tokens, "heads": out, CONTEXT: context_acceptance(pipe, prompts, args)}
+
+
+def context_acceptance(pipe, prompts, args) -> dict:
+    """Drafting from the context alone: tokens per step τ and verify rows per step (the tree's nodes + the root)."""
+    cfg = config_for(pipe, "nanospec", max_new_tokens=args.max_new_tokens, shape=CONTEXT, context="on")
+    steps = [r for p in prompts for r in pipe.run(p.text, cfg) if r.kind == "step"]
+    n = max(len(steps), 1)
+    return {"tau": sum(len(r.emitted) for r in steps) / n, "rows": sum(len(r.tree["tokens"]) + 1 for r in steps) / n,
+            "steps": len(steps), "drafted": sum(bool(r.tree["tokens"]) for r in steps) / n}
 
 
 # ---------------------------------------------------------------- the verdict per method
 
 def verdicts(pipe, costs: dict, acc: dict) -> list:
-    """Per method: the default shape's predicted speedup and break-even τ, and the best shape of the grid."""
+    """Per method: the default shape's Verdict and the best choice of the grid (context alone included)."""
     rows = []
-    for m, a in acc["heads"].items():
-        if m not in costs["head"]:
+    for m in acc["heads"]:
+        v = verdict(costs, acc, m, shape_of(config_for(pipe, m)))
+        if v is None:
             continue
-        c, ac = costs_of(costs, m), cost.Acceptance(a["a"])
-        d = config_for(pipe, m)
-        s = cost.Shape(*tree_shape(d))
-        best, best_x = cost.best_shape(c, ac, m)
-        tau = 1 + cost.expected_accepted(ac, s)
-        rows.append({"method": m, "shape": shape_name(s), "predicted_tau": tau,
-                     "break_even_tau": cost.break_even_tau(c, m, s),
-                     "predicted_speedup": cost.predicted_speedup(c, ac, m, s), "best_shape": shape_name(best),
-                     "best_speedup": best_x, "t_step_ms": cost.step_ms(c, m, s, tau), "t_ar_ms": c.at(c.verify, 1)})
+        _, best = best_choice(costs, acc, m, allow_context=True)
+        rows.append(v.as_dict() | {"best_shape": best.shape, "best_speedup": round(best.speedup, 3)})
     return rows
-
-
-def shape_name(s: cost.Shape) -> str:
-    return f"chain {s.depth}" if s.chain else f"tree {s.depth}/{s.top_k}/{s.size}"
-
-
-def load_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def cached(pipe) -> tuple:
-    """(costs, acceptance) saved for this pipeline on this machine, each None where missing."""
-    return load_json(costs_path(calibration_key(pipe))), load_json(acceptance_path(pipe))
-
-
-def prediction(pipe, cfg: SpecConfig) -> dict:
-    """The cost model's numbers for one run's config, from the cached calibration (no measuring here)."""
-    costs, acc = cached(pipe)
-    if costs is None or acc is None or cfg.method not in acc["heads"] or cfg.method not in costs["head"]:
-        missing = "python -m core calibrate" + ("" if acc else " --acceptance")
-        return {"predicted_speedup": None, "prediction_note": f"no calibration for this machine and model ({missing})"}
-    c, ac = costs_of(costs, cfg.method), cost.Acceptance(acc["heads"][cfg.method]["a"])
-    s = cost.Shape(*tree_shape(cfg))
-    return {"predicted_speedup": round(cost.predicted_speedup(c, ac, cfg.method, s), 3),
-            "predicted_tau": round(1 + cost.expected_accepted(ac, s), 3),
-            "break_even_tau": round(cost.break_even_tau(c, cfg.method, s), 3), "prediction_note": ""}
 
 
 # ---------------------------------------------------------------- CLI
@@ -279,6 +216,6 @@ def main(argv=None) -> int:
         return 0
     print("method     shape        τ pred  break-even τ  speedup pred  best shape     best speedup")
     for r in verdicts(pipe, costs, acc):
-        print(f"{r['method']:<10} {r['shape']:<12} {r['predicted_tau']:6.2f}  {r['break_even_tau']:12.2f}  "
-              f"{r['predicted_speedup']:12.2f}  {r['best_shape']:<14} {r['best_speedup']:12.2f}")
+        print(f"{r['method']:<10} {r['shape']:<12} {r['tau']:6.2f}  {r['break_even_tau']:12.2f}  "
+              f"{r['speedup']:12.2f}  {r['best_shape']:<14} {r['best_speedup']:12.2f}")
     return 0

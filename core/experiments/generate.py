@@ -8,7 +8,7 @@ from dataclasses import replace
 from core.config import METHODS
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
-from core.experiments.calibrate import prediction
+from core.calibration import prediction, resolve_shape, shape_label
 
 
 def run_once(pipe, prompt, cfg, chat=True) -> tuple:
@@ -27,14 +27,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     add_engine_args(p)
     args = p.parse_args(argv)
-    cfg = config_from(args, args.method)
+    cfg = config_from(args, args.method, auto=True)
     if not args.prompt.strip():
         raise SpecError("the prompt is empty")
     pipe = pipeline_from(args)
+    cfg, shape_note = resolve_shape(pipe, cfg)
+    if shape_note:
+        print(shape_note, file=sys.stderr)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
-               dtype=str(pipe.model.dtype).removeprefix("torch."))
+               dtype=str(pipe.model.dtype).removeprefix("torch."), shape=shape_label(cfg), shape_note=shape_note)
     if cfg.method != "ar":
         out.update(prediction(pipe, cfg))
     if args.compare_ar:

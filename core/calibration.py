@@ -1,0 +1,180 @@
+"""A calibration's home: where this machine's measured step costs and a model pair's acceptance table are kept, what
+the cost model (core/decoding/cost.py) predicts from them, and the draft shape `--shape auto` runs.
+
+python -m core calibrate (core/experiments/calibrate.py) measures and writes them; the pipeline, the command line,
+the benchmarks and the app read them here. Without a calibration nothing is guessed: `auto` runs the model's measured
+shape (core.models.Alias.draft_defaults) and says so.
+"""
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from core.config import SpecConfig
+from core.decoding import cost
+from core.decoding.tree import tree_shape
+from core.models import draft_defaults, model_alias
+from core.paths import ASSETS, cache_root
+
+CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "asimd", "sve")
+SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
+CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
+
+
+# ---------------------------------------------------------------- where a calibration belongs
+
+def machine() -> dict:
+    """The CPU, the features the kernels dispatch on, the torch threads and the ISA cap in force."""
+    flags, name = set(), platform.processor()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("flags", "Features")) and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            elif line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpu": name, "features": [f for f in CPU_FLAGS if f in flags], "threads": torch.get_num_threads(),
+            "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
+
+
+def calibration_key(pipe) -> dict:
+    return {"machine": machine(), "model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
+            "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch.")}
+
+
+def costs_path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "calibration" / f"{key['model'].replace('/', '--')}-{digest}.json"
+
+
+def acceptance_path(pipe) -> Path:
+    name = model_alias(pipe.model_id) or str(pipe.model_id).replace("/", "--")
+    return ASSETS / "acceptance" / f"{name}__{pipe.draft_name.replace('/', '--')}.json"
+
+
+def load_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cached(pipe) -> tuple:
+    """(costs, acceptance) saved for this pipeline on this machine, each None where missing."""
+    return load_json(costs_path(calibration_key(pipe))), load_json(acceptance_path(pipe))
+
+
+# ---------------------------------------------------------------- what they predict
+
+def costs_of(data: dict, method: str) -> cost.Costs:
+    return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method])
+
+
+def shape_of(cfg: SpecConfig) -> cost.Shape | None:
+    """The cost model's Shape of a config (None: drafting from the context alone)."""
+    return None if cfg.shape == CONTEXT else cost.Shape(*tree_shape(cfg))
+
+
+def shape_name(s: cost.Shape | None) -> str:
+    if s is None:
+        return "context alone"
+    return f"chain {s.depth}" if s.chain else f"tree {s.depth}/{s.top_k}/{s.size}"
+
+
+def shape_label(cfg: SpecConfig) -> str:
+    """The shape a config runs, as the cost model names it ("tree 4/2/8", "chain 3", "context alone")."""
+    return shape_name(shape_of(cfg))
+
+
+def context_alone(data: dict, acc: dict) -> tuple | None:
+    """(τ, t_step ms) of drafting from the context alone, from its measured tokens and verify rows per step."""
+    ctx, other = acc.get(CONTEXT), data.get("other", {}).get(CONTEXT)
+    if not ctx or other is None:
+        return None
+    c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={}, other=other)
+    return ctx["tau"], c.at(c.verify, max(1, round(ctx["rows"]))) + other
+
+
+@dataclass
+class Verdict:
+    """The cost model's numbers for one method at one shape on this machine."""
+    method: str
+    shape: str
+    tau: float                    # predicted tokens per step
+    break_even_tau: float         # tokens per step that match plain decoding
+    speedup: float                # predicted, over plain decoding
+    t_step_ms: float
+    t_ar_ms: float
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None) -> Verdict | None:
+    """None where the calibration lacks this method (or the context entry)."""
+    t_ar = data["verify"][0]
+    if s is None:
+        got = context_alone(data, acc)
+        if got is None:
+            return None
+        tau, t_step = got
+        return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar)
+    if method not in acc.get("heads", {}) or method not in data.get("head", {}):
+        return None
+    c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
+    tau = 1 + cost.expected_accepted(ac, s)
+    return Verdict(method, shape_name(s), tau, cost.break_even_tau(c, method, s), cost.predicted_speedup(c, ac, method, s),
+                   cost.step_ms(c, method, s, tau), t_ar)
+
+
+def prediction(pipe, cfg: SpecConfig) -> dict:
+    """The cost model's numbers for one run's config, from the cached calibration (no measuring here)."""
+    cfg = resolve_shape(pipe, cfg)[0]
+    data, acc = cached(pipe)
+    v = verdict(data, acc, cfg.method, shape_of(cfg)) if data and acc else None
+    if v is None:
+        missing = "python -m core calibrate" + ("" if acc else " --acceptance")
+        return {"predicted_speedup": None, "prediction_note": f"no calibration for this machine and model ({missing})"}
+    return {"predicted_speedup": round(v.speedup, 3), "predicted_tau": round(v.tau, 3),
+            "break_even_tau": round(v.break_even_tau, 3), "prediction_note": ""}
+
+
+# ---------------------------------------------------------------- --shape auto
+
+def best_choice(data: dict, acc: dict, method: str, allow_context: bool) -> tuple:
+    """(shape or None for context alone, its Verdict): the model's best tree or chain over cost.shape_grid, or the
+    context alone where it is predicted faster. (None, None) where the calibration lacks this method."""
+    best = None
+    if method in acc.get("heads", {}) and method in data.get("head", {}):
+        c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
+        s, _ = cost.best_shape(c, ac, method)
+        best = (s, verdict(data, acc, method, s))
+    ctx = verdict(data, acc, method, None) if allow_context else None
+    if ctx is not None and (best is None or ctx.speedup > best[1].speedup):
+        return None, ctx
+    return best or (None, None)
+
+
+def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
+    """(cfg with a concrete shape, one line saying what `auto` chose and why). A cfg not on auto comes back as it is.
+    allow_context: the choices include no model draft (greedy decoding with context drafting on)."""
+    if cfg.shape != "auto":
+        return cfg, ""
+    fallback = replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
+                               if k in SHAPE_KEYS})
+    if cfg.method == "ar" or pipe.drafter is None:
+        return fallback, ""
+    data, acc = cached(pipe)
+    s, v = best_choice(data, acc, cfg.method, allow_context and cfg.context == "on") if data and acc else (None, None)
+    if v is None:
+        missing = "python -m core calibrate" + ("" if acc else " --acceptance")
+        return fallback, (f"auto: no calibration for this machine and model ({missing}); "
+                          f"the model's measured shape {shape_name(shape_of(fallback))}")
+    chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, **s.config())
+    return chosen, (f"auto: {v.shape}, predicted {v.speedup:.2f}× plain decoding on this machine "
+                    f"(τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f})")
