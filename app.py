@@ -21,7 +21,8 @@ from ui.maps_tab import maps_tab
 from ui.models import hub_reachable, model_choices, preload_default_model
 from ui.paper_tab import paper_ui
 from ui.run_tab import initial_trace, play, replay, replay_shift, run_ui, show_example, speed_to_interval, tick
-from ui.runs import SLIDERS, UI_MAX_NEW_TOKENS, request_stop, settings_for, summary_for, write_downloads
+from ui.runs import (DRAFT_SHAPES, SLIDERS, UI_MAX_NEW_TOKENS, pay_for, request_stop, settings_for, summary_for,
+                     write_downloads)
 from viz.learn import learn_figure, learn_markdown
 from viz.notes import source_note, status_note
 from viz.panels import PANELS, render_panels
@@ -34,8 +35,9 @@ VIEW_JS = "(v) => { document.body.classList.toggle('speclens-text-view', v === '
 PHONE_VIEW_JS = ("() => { const v = window.innerWidth <= 640 ? 'the text' : 'with drafts'; "
                  "document.body.classList.toggle('speclens-text-view', v === 'the text'); return v; }")
 RUN_OUT = ("trace", "step", "note", "text", "stream", "tree", "coverage", "active", "accept", "timing", "summary",
-           "files")  # the Run tab's outputs, in order
-SETTINGS = ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "max_new", "temperature")
+           "pay", "files")  # the Run tab's outputs, in order
+SETTINGS = ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size", "max_new", "temperature",
+            "shape")
 MODEL_EVENTS = {"concurrency_id": "model", "concurrency_limit": 1, "api_visibility": "private"}
 PRIVATE = {"api_visibility": "private"}
 
@@ -121,6 +123,7 @@ def _run_tab(example: dict, hub: bool) -> dict:
         with gr.Column(scale=3, min_width=320, elem_id="run-view"):
             ui["note"] = gr.HTML(source_note(example), elem_id="source-note")
             ui["summary"] = gr.HTML(summary_for(example), elem_id="summary")
+            ui["pay"] = gr.HTML(pay_for(example), elem_id="pay-panel")
             ui["view"] = gr.Radio(list(TEXT_VIEWS), value="with drafts", show_label=False, container=False,
                                   elem_id="text-view")
             ui["text"] = gr.HTML(v["text"], label="Text", elem_id="text-panel")
@@ -145,6 +148,9 @@ def _run_tab(example: dict, hub: bool) -> dict:
 def _settings_accordion() -> dict:
     c, s = SpecConfig(), {}
     with gr.Accordion("Settings", open=False, elem_id="settings-accordion"):
+        s["shape"] = gr.Radio(choices=list(DRAFT_SHAPES), value="auto", label="Draft shape", elem_id="shape-radio",
+                              info="auto: the tree, chain or no model draft that this machine's calibration predicts "
+                                   "fastest (python -m core calibrate; the app measures it once in the background).")
         with gr.Row():
             s["w_max"] = gr.Slider(16, 16384, value=c.w_max, step=16, label="W_max",
                                    info="NanoSpec window: I_t = unique ids of the last W_max stream entries.")

@@ -178,3 +178,32 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
     chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, **s.config())
     return chosen, (f"auto: {v.shape}, predicted {v.speedup:.2f}× plain decoding on this machine "
                     f"(τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f})")
+
+
+# ---------------------------------------------------------------- will it pay here? (what the app's panel shows)
+
+COST_ROWS = (1, 2, 4, 8, 16, 32)  # verify row counts the report quotes
+
+
+def report(pipe, cfg: SpecConfig, note: str = "") -> dict:
+    """This machine's measured costs and the cost model's verdicts for a run's config (cfg with its shape resolved):
+    the run's own, each head's best shape, the context alone. JSON-ready; "missing" says what to run where the
+    calibration or the acceptance table is not there."""
+    data, acc = cached(pipe)
+    out = {"shape": shape_label(cfg), "shape_note": note, "method": cfg.method}
+    if not data or not acc:
+        out["missing"] = "python -m core calibrate" + ("" if acc else " --acceptance")
+        out["machine"] = machine()
+        return out
+    v = data["verify"]
+    out |= {"machine": data["key"]["machine"], "date": data.get("date", ""), "runtime_note": data["key"]["runtime_note"],
+            "costs": {"verify": {str(n): round(v[n - 1], 2) for n in COST_ROWS if n <= len(v)},
+                      "backbone": round(data["backbone"][0], 2),
+                      "head": {m: round(h[0], 2) for m, h in data["head"].items()}}}
+    run = verdict(data, acc, cfg.method, shape_of(cfg)) if cfg.method != "ar" else None
+    out["run"] = run.as_dict() if run else None
+    out["methods"] = [best.as_dict() for m in acc.get("heads", {})
+                      for _, best in [best_choice(data, acc, m, allow_context=False)] if best is not None]
+    ctx = verdict(data, acc, cfg.method, None)
+    out["context"] = ctx.as_dict() if ctx else None
+    return out

@@ -2,6 +2,7 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (transformers does)
+os.environ.setdefault("SPECLENS_CALIBRATE", "0")  # no background calibration in the app under test (ui/calibrating.py)
 import socket
 import sys
 from contextlib import contextmanager

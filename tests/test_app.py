@@ -3,6 +3,8 @@ handlers in ui/ called directly (their outputs by component name), with input er
 import os
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pytest
 
 import app
@@ -153,6 +155,7 @@ class FakePipe:
     records, ar gets the same tokens one per step, so greedy runs are lossless by construction. `methods`
     lists the method of every run."""
     model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 30
+    drafter, model = None, SimpleNamespace(dtype="float32")  # nothing to calibrate: the cost panel says so
 
     def __init__(self):
         from viz.synthetic import synthetic_trace

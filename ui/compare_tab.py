@@ -1,6 +1,7 @@
 """Compare tab: the same prompt under several methods, one after another. Outputs: table, plot, texts."""
 import gradio as gr
 
+from core.calibration import report, resolve_shape
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
 from core.trace.live import baseline_of, run_to_end
@@ -14,7 +15,7 @@ from viz.summary import compare_table, speedup
 
 @GPU
 def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-               temperature, request: gr.Request = None):
+               temperature, shape="auto", request: gr.Request = None):
     """Yields after each method: the table, the coverage plot and the texts so far."""
     with stoppable(request) as should_stop:
         try:
@@ -23,7 +24,7 @@ def compare_ui(prompt, methods, model_key, w_max, k_pre, k_ver, fr_size, rank, d
                 raise SpecError("pick at least one method to compare")
             pipe = load_pipeline(model_key)
             yield from _compare_runs(pipe, prompt, list(methods), model_key, should_stop,
-                                     (w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature))
+                                     (w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature, shape))
         except Exception as e:  # keep serving: one line on screen, the traceback in the server log
             yield {"table": shown_error(e)}
 
@@ -37,7 +38,9 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
         yield {"table": status_note(f"running {method} ({i + 1}/{len(ordered)})…")}
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
+            cfg, note = resolve_shape(pipe, cfg, allow_context=False)  # each head at its own best shape
             runs[method] = run_to_end(pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
+            runs[method]["meta"]["cost"] = report(pipe, cfg, note)
         except SpecError as e:
             errors[method] = str(e)
             continue
@@ -56,7 +59,8 @@ def compare_view(runs: dict, errors: dict, model_key: str, prompt: str) -> dict:
         trace["meta"]["baseline"] = cached_ar(baseline_key(model_key, prompt, cfg))
         ar, verdict = comparison(trace)
         rows.append({"method": method, "summary": trace["meta"]["summary"], "records": trace["records"],
-                     "speedup": speedup(trace["meta"]["summary"], ar), "lossless": verdict})
+                     "speedup": speedup(trace["meta"]["summary"], ar), "lossless": verdict,
+                     "predicted": (trace["meta"].get("cost") or {}).get("run")})
     rows += [{"method": m, "error": msg} for m, msg in errors.items()]
     fig = plots.compare_coverage_fig({m: t["records"] for m, t in runs.items()})
     return {"table": compare_table(rows), "plot": fig, "texts": compare_texts(runs)}

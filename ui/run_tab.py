@@ -1,19 +1,21 @@
 """Run tab: one generation streamed into the panels, the replay slider and player, each model pair's example.
 
 Outputs are named as app.py's Run-tab components: trace, step, note, text, stream, tree, coverage, active,
-accept, timing, summary, files (and timer for the player)."""
+accept, timing, summary, pay, files (and timer for the player)."""
 import os
 import time
 
 import gradio as gr
 
+from core.calibration import report, resolve_shape
 from core.experiments.examples import EXAMPLES
 from core.trace.live import LiveRun, baseline_of, finish_trace
 from core.trace.stats import summarize
 from core.trace.record import StepRecord
+from ui import calibrating
 from ui.models import GPU, load_pipeline, parse_model_key
-from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, make_config, remember_ar,
-                     shown_error, stoppable, summary_for, write_downloads)
+from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, make_config, pay_for,
+                     remember_ar, shown_error, stoppable, summary_for, write_downloads)
 from viz.notes import running_note, source_note, status_note, trace_notes
 from viz.panels import render_panels
 from viz.summary import summary_cards
@@ -30,7 +32,7 @@ PLAY_INTERVAL_S = {"0.5×": 1.6, "1×": 0.8, "2×": 0.4, "4×": 0.2}
 
 @GPU
 def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-           temperature, request: gr.Request = None):
+           temperature, shape="auto", request: gr.Request = None):
     """The engine runs in a worker at full speed; the panels sample it FRAME_S apart."""
     t_start = time.perf_counter()
     with stoppable(request) as should_stop:
@@ -39,13 +41,25 @@ def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth,
             yield {"note": status_note("Starting (the first run also loads the model)…")}
             pipe = load_pipeline(model_key)
             cfg = make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new,
-                              temperature, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
-            yield from _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start)
+                              temperature, shape, vocab_size=getattr(pipe, "vocab_size", None),
+                              model_id=getattr(pipe, "model_id", None))
+            cfg, shape_note = resolve_shape(pipe, cfg)
+            yield from _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note)
         except Exception as e:  # keep serving: one line on screen, the traceback in the server log
             yield {"note": shown_error(e)}
 
 
-def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start):
+def cost_report(pipe, cfg, model_key: str, shape_note: str) -> dict:
+    """meta["cost"] of a run: this machine's costs and verdicts; where none are measured yet, the background
+    calibration starts (after the run: it would share the CPU with it) and its state is kept with the report."""
+    out = report(pipe, cfg, shape_note)
+    if out.get("missing"):
+        calibrating.start(model_key, pipe)
+        out["calibrating"] = calibrating.status(model_key)
+    return out
+
+
+def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note=""):
     live, render_s = LiveRun(pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS).start(), 0.0
     try:
         while not live.done.wait(FRAME_S):
@@ -57,6 +71,7 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start):
         live.cancel()  # a closed page stops the engine at its next step
     trace = live.result()
     t0 = time.perf_counter()
+    trace["meta"]["cost"] = report(pipe, cfg, shape_note)
     key = baseline_key(model_key, prompt, cfg)
     if cfg.method == "ar":
         remember_ar(key, baseline_of(trace))
@@ -72,8 +87,9 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start):
                           handler_s=time.perf_counter() - t_start)
     if needs_ar:
         trace["meta"]["baseline"] = ar_baseline(pipe, prompt, cfg, model_key, should_stop)
-        yield {"trace": trace, "note": source_note(trace, live=True), "summary": summary_for(trace),
-               "files": write_downloads(trace)}
+    trace["meta"]["cost"] = cost_report(pipe, cfg, model_key, shape_note)
+    yield {"trace": trace, "note": source_note(trace, live=True), "summary": summary_for(trace), "pay": pay_for(trace),
+           "files": write_downloads(trace)}
 
 
 def live_summary(trace: dict) -> dict:
@@ -94,7 +110,8 @@ def finished_view(trace: dict, note: str) -> dict:
     """Every Run-tab output for a whole trace: panels and replay slider at its end, summary, downloads."""
     n = last_index(trace)
     return {"trace": trace, "step": gr.Slider(maximum=max(n, 1), value=n), "note": note,
-            "summary": summary_for(trace), "files": write_downloads(trace), **render_panels(trace, None)}
+            "summary": summary_for(trace), "pay": pay_for(trace), "files": write_downloads(trace),
+            **render_panels(trace, None)}
 
 
 # ---------------------------------------------------------------- examples

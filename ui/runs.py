@@ -16,10 +16,13 @@ from core.trace.live import baseline_of, lossless_verdict, run_to_end
 from viz import plots
 from viz.notes import error_note, trace_notes
 from viz.panels import all_figures
-from viz.summary import summary_cards
+from viz.pay import pay_panel
+from viz.summary import speedup, summary_cards
 from core.trace.file import save_trace
 
 UI_MAX_NEW_TOKENS = 512
+DRAFT_SHAPES = (("auto: the cost model's best on this machine", "auto"), ("the tree set below", "tree"),
+                ("no model draft: prompt lookup alone", "context"))
 SLIDERS = ("w_max", "k_pre", "k_ver", "fr_size", "rank", "depth", "top_k", "tree_size")  # default_settings order
 RUN_MAX_SECONDS = float(os.environ.get("SPECLENS_MAX_SECONDS", "300"))  # wall-clock cap per run (cut, not lost)
 AR_CACHE_SIZE = 64
@@ -30,12 +33,16 @@ _STOP = {}  # session hash -> stop requested, only while that session has a run 
 # ---------------------------------------------------------------- settings and prompt
 
 def make_config(method, w_max, k_pre, k_ver, fr_size, rank, depth, top_k, tree_size, max_new, temperature,
-                vocab_size=None, model_id=None) -> SpecConfig:
+                shape="tree", vocab_size=None, model_id=None) -> SpecConfig:
     """The sliders' settings; what the app has no control for (chain / γ, context drafting, SlimSpec's rescoring) is
-    the model's measured choice."""
+    the model's measured choice. shape: one of DRAFT_SHAPES' values ("tree" = the sliders' tree)."""
     if int(max_new) > UI_MAX_NEW_TOKENS:
         raise SpecError(f"max new tokens must be at most {UI_MAX_NEW_TOKENS} in the web app, got {int(max_new)}")
+    if shape not in dict(DRAFT_SHAPES).values():
+        raise SpecError(f"draft shape must be one of {', '.join(v for _, v in DRAFT_SHAPES)}; got {shape!r}")
     fixed = {k: v for k, v in draft_defaults(model_id).items() if k not in SLIDERS}
+    if shape != "tree":
+        fixed |= {"shape": shape} | ({"context": "on"} if shape == "context" else {})
     cfg = SpecConfig(method=method, w_max=int(w_max), k_pre=int(k_pre), k_ver=int(k_ver), fr_size=int(fr_size),
                      rank=int(rank), depth=int(depth), top_k=int(top_k), tree_size=int(tree_size),
                      max_new_tokens=int(max_new), temperature=float(temperature), **fixed)
@@ -157,6 +164,15 @@ def summary_for(trace: dict) -> str:
     return summary_cards(s, trace["meta"].get("method", ""), baseline=ar, lossless=verdict,
                          runtime=trace["meta"].get("runtime_note", ""), records=trace["records"],
                          notes=trace_notes(trace["meta"]))
+
+
+def pay_for(trace: dict) -> str:
+    """The "Will it pay here?" panel of a finished run: meta["cost"] (core.calibration.report) beside what it measured."""
+    meta = trace.get("meta", {})
+    ar, _ = comparison(trace)
+    cost = meta.get("cost")
+    return pay_panel(cost, meta.get("summary"), speedup(meta.get("summary") or {}, ar),
+                     (cost or {}).get("calibrating"))
 
 
 def write_downloads(trace: dict) -> list:

@@ -115,6 +115,14 @@ CSS += r"""
 """
 CSS += r"""
 .compare-table td.row-error { text-align: left; color: #c5221f; }
+.pay-panel { border: 1px solid var(--border-color-primary, #ddd); border-radius: 10px; padding: 8px 12px;
+  margin-top: 8px; font-size: 13px; }
+.pay-title { font-weight: 600; margin-bottom: 4px; }
+.pay-reason { margin-bottom: 6px; }
+.pay-shape, .pay-where { color: var(--body-text-color-subdued, #666); font-size: 12px; }
+.pay-costs { margin: 6px 0; font-variant-numeric: tabular-nums; }
+.pay-panel tr.pay-own td { font-weight: 600; }
+.pay-empty { color: var(--body-text-color-subdued, #666); }
 #replay-buttons button { border: 1px solid var(--border-color-primary, #ccc); background: var(--button-secondary-background-fill, #f3f4f6); }
 """
 CSS += r"""

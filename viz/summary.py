@@ -110,7 +110,9 @@ def _coverage(s: dict, method: str) -> str:
 
 def compare_table(rows: list) -> str:
     """rows: [{"method", "summary", "speedup", "lossless"}] -> an HTML table."""
-    head = ("<tr><th>method</th><th>tokens/s</th><th>speedup</th><th>accept len</th><th>mean |I_t|</th>"
+    head = ("<tr><th>method</th><th>shape</th><th>tokens/s</th><th>speedup</th>"
+            "<th title=\"the cost model on this machine's calibration\">predicted</th><th>accept len</th>"
+            "<th title=\"tokens per step that match plain decoding on this machine\">break-even</th><th>mean |I_t|</th>"
             "<th>coverage</th><th title=\"corrections outside I_t / all corrections\">vocab misses</th>"
             "<th>LM-head share</th><th>lossless</th></tr>")
     body = "".join(_compare_row(r) for r in rows)
@@ -119,13 +121,15 @@ def compare_table(rows: list) -> str:
 
 def _compare_row(r) -> str:
     if r.get("error"):
-        return f'<tr><td><b>{esc(r["method"])}</b></td><td colspan="8" class="row-error">⚠ {esc(r["error"])}</td></tr>'
+        return f'<tr><td><b>{esc(r["method"])}</b></td><td colspan="11" class="row-error">⚠ {esc(r["error"])}</td></tr>'
     s = r["summary"]
     share = lm_head_share(s)
-    sp = r.get("speedup")
+    sp, pr = r.get("speedup"), r.get("predicted") or {}
     ll = r.get("lossless")
-    cells = [f"<b>{esc(r['method'])}</b>", f"{s.get('tokens_per_s', 0):.1f}", "—" if sp is None else f"{sp:.2f}×",
-             f"{s.get('mean_accept_len', 0):.2f}", _int(s.get("mean_active_vocab")),
+    cells = [f"<b>{esc(r['method'])}</b>", esc(pr.get("shape", "")), f"{s.get('tokens_per_s', 0):.1f}",
+             "—" if sp is None else f"{sp:.2f}×", f"{pr['speedup']:.2f}×" if pr else "—",
+             f"{s.get('mean_accept_len', 0):.2f}", f"{pr['break_even_tau']:.2f}" if pr else "—",
+             _int(s.get("mean_active_vocab")),
              _coverage(s, r["method"]), _misses(r.get("records"), r["method"]),
              "—" if share is None else f"{100 * share:.0f}%",
              "—" if ll is None else lossless_badge(ll)]

@@ -9,6 +9,7 @@ ones, and writes assets/acceptance/): a[d][r] for each head, from engine runs wi
 From the two, core/decoding/cost.py predicts each method's speedup at its shape, its break-even τ and its best shape.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -79,7 +80,7 @@ def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) ->
         head = pipe.build_head(config_for(pipe, m))
         head.on_prefill(prompt, logits)
         h = state.head_in[-1:]
-        heads[m] = [ms(lambda head=head, w=w: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
+        heads[m] = [ms(lambda head=head, h=h, w=w: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
     return backbone, heads
 
 
@@ -95,7 +96,9 @@ def step_overhead(pipe, method: str, prompt: str, n_new: int, **over) -> float:
     return statistics.mean(r.timing_ms["other"] + r.timing_ms["gather"] for r in recs) if recs else 0.0
 
 
-def measure_costs(pipe, args, progress=print) -> dict:
+def measure_costs(pipe, args, progress=print, guard=contextlib.nullcontext) -> dict:
+    """Every cost of the cost model. guard(): held around each direct use of the pipeline's runners (the app passes
+    the pipeline's lock, so a visitor's run waits for one curve, not the whole calibration)."""
     from core.experiments.prompts import example_prompts
     prompt = example_prompts()[0].text
     ids = pipe.prompt_ids(prompt)
@@ -103,9 +106,11 @@ def measure_costs(pipe, args, progress=print) -> dict:
     verify = {}
     for c in contexts:
         progress(f"target: {args.rows} row counts after {c} tokens")
-        verify[c] = verify_curve(pipe, c, args.rows, args.reps, ids)
+        with guard():
+            verify[c] = verify_curve(pipe, c, args.rows, args.reps, ids)
     progress(f"draft: backbone and {len(args.methods)} heads over 1..{args.width} rows")
-    backbone, heads = draft_curves(pipe, contexts[0], args.width, args.reps, ids, args.methods)
+    with guard():
+        backbone, heads = draft_curves(pipe, contexts[0], args.width, args.reps, ids, args.methods)
     other = {}
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
@@ -162,6 +167,23 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
     return rows
 
 
+def save_costs(pipe, args, progress=print, guard=contextlib.nullcontext) -> dict:
+    """measure_costs, stamped with where and when, written to this machine's calibration file."""
+    key, load = calibration_key(pipe), os.getloadavg()[0]
+    costs = {"key": key, "date": time.strftime("%Y-%m-%d"), "load_avg": round(load, 2),
+             **measure_costs(pipe, args, progress, guard)}
+    write_atomic(costs_path(key), json.dumps(costs, indent=1))
+    return costs
+
+
+def defaults(**over) -> argparse.Namespace:
+    """The command's default settings (what the app's background calibration measures)."""
+    args = parse([])
+    for k, v in over.items():
+        setattr(args, k, v)
+    return args
+
+
 # ---------------------------------------------------------------- CLI
 
 def parse(argv):
@@ -202,8 +224,7 @@ def main(argv=None) -> int:
         print(f"warning: load average {load:.1f} on {os.cpu_count()} cores: the timings measure the contention too")
     with torch.no_grad():
         if costs is None:
-            costs = {"key": key, "date": time.strftime("%Y-%m-%d"), "load_avg": round(load, 2), **measure_costs(pipe, args)}
-            write_atomic(path, json.dumps(costs, indent=1))
+            costs = save_costs(pipe, args)
         acc = measure_acceptance(pipe, args) if args.acceptance else load_json(acceptance_path(pipe))
     if args.acceptance:
         write_atomic(acceptance_path(pipe), json.dumps(acc, indent=1))

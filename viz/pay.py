@@ -1,0 +1,80 @@
+"""The "Will it pay here?" panel: this machine's measured step costs, each method's break-even τ, and the cost
+model's prediction beside what the run measured. Input: trace meta["cost"] (core.calibration.report) and the run's
+summary and baseline; no model code here."""
+from viz.tokens import esc
+
+PAYS_AT = 1.0  # speedup over plain decoding at which speculation pays
+
+
+def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
+    """One sentence: does speculation pay for this run on this machine, and why."""
+    run = (cost or {}).get("run")
+    if not run:
+        return ""
+    be, t_ar = run["break_even_tau"], run["t_ar_ms"]
+    extra = run["t_step_ms"] - t_ar
+    why = (f"a step of {run['shape']} costs {run['t_step_ms']:.1f} ms against {t_ar:.1f} ms for one plain token "
+           f"(+{extra:.1f} ms to draft and verify), so it must emit τ ≥ {be:.2f} tokens to break even")
+    if tau is None:
+        verdict = "pays" if run["speedup"] >= PAYS_AT else "loses"
+        return f"Predicted to {verdict[:-1]} here ({run['speedup']:.2f}×): {why}; predicted τ {run['tau']:.2f}."
+    got = f"this run's drafts gave τ {tau:.2f}" + (f" ({speedup:.2f}× measured)" if speedup else "")
+    if tau >= be:
+        return f"Speculation pays here: {why}, and {got}."
+    return f"Speculation loses here: {why}, and {got}."
+
+
+def _costs_line(cost: dict) -> str:
+    c = cost["costs"]
+    v = c["verify"]
+    curve = " · ".join(f"{n} rows {ms:.1f} ms" for n, ms in v.items() if n != "1")
+    heads = " · ".join(f"{m} {ms:.2f} ms" for m, ms in c["head"].items())
+    return (f"<b>target step</b> {v['1']:.1f} ms · <b>verify</b> {esc(curve)}<br>"
+            f"<b>drafter pass</b> {c['backbone']:.2f} ms · <b>draft head, one row</b> {esc(heads)}")
+
+
+def _row(v: dict, measured: dict | None = None, own: bool = False) -> str:
+    m = measured or {}
+    tau, sp = m.get("tau"), m.get("speedup")
+    cells = [f"<b>{esc(v['method'])}</b>" + (" (this run)" if own else ""), esc(v["shape"]),
+             f"{v['break_even_tau']:.2f}", f"{v['tau']:.2f}", "—" if tau is None else f"{tau:.2f}",
+             f"{v['speedup']:.2f}×", "—" if sp is None else f"{sp:.2f}×"]
+    cls = ' class="pay-own"' if own else ""
+    return f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _table(cost: dict, measured: dict) -> str:
+    head = ("<tr><th>method</th><th>shape</th><th title=\"tokens per step that match plain decoding\">break-even τ</th>"
+            "<th>predicted τ</th><th>measured τ</th><th>predicted</th><th>measured</th></tr>")
+    rows = [_row(cost["run"], measured, own=True)] if cost.get("run") else []
+    rows += [_row(v) for v in cost.get("methods", [])
+             if not (cost.get("run") and v["method"] == cost["run"]["method"] and v["shape"] == cost["run"]["shape"])]
+    if cost.get("context") and cost["run"] and cost["run"]["shape"] != cost["context"]["shape"]:
+        rows.append(_row(cost["context"] | {"method": "no model draft"}))
+    return f'<table>{head}{"".join(rows)}</table>'
+
+
+def pay_panel(cost: dict | None, summary: dict | None = None, speedup: float | None = None,
+              calibrating: dict | None = None) -> str:
+    """cost: core.calibration.report; summary: the run's (its τ); speedup: measured over plain decoding."""
+    if not cost:
+        return ('<div class="speclens pay-panel pay-empty">Will it pay here? Run a prompt to see this machine\'s '
+                'costs and the cost model\'s verdict.</div>')
+    shape = f'<div class="pay-shape">{esc(cost.get("shape_note") or "shape: " + cost.get("shape", ""))}</div>'
+    if cost.get("missing"):
+        state = (calibrating or {}).get("state")
+        msg = {"running": f"measuring this machine's step costs now ({esc((calibrating or {}).get('step', ''))}, "
+                          f"{(calibrating or {}).get('seconds', 0):.0f} s so far; about a minute, once): "
+                          "the next run shows the prediction",
+               "failed": f"the calibration failed ({esc((calibrating or {}).get('step', ''))})"}.get(
+            state, f"no calibration for this machine and model yet: <code>{esc(cost['missing'])}</code>")
+        return f'<div class="speclens pay-panel"><div class="pay-title">Will it pay here?</div>{shape}<div>{msg}</div></div>'
+    tau = (summary or {}).get("mean_accept_len") if summary and summary.get("steps") else None
+    measured = {"tau": tau, "speedup": speedup}
+    m = cost["machine"]
+    where = (f"{esc(m.get('cpu', ''))} · {esc('/'.join(m.get('features', [])) or 'no AVX2')} · {m.get('threads')} threads"
+             f" · {esc(cost.get('runtime_note', ''))} · calibrated {esc(cost.get('date', ''))}")
+    reason = pay_reason(cost, tau, speedup)
+    return (f'<div class="speclens pay-panel" id="pay-panel-body"><div class="pay-title">Will it pay here?</div>'
+            f'<div class="pay-reason">{esc(reason)}</div>{shape}<div class="pay-costs">{_costs_line(cost)}</div>'
+            f'<div class="compare-table">{_table(cost, measured)}</div><div class="pay-where">{where}</div></div>')
