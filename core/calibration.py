@@ -91,13 +91,20 @@ def shape_label(cfg: SpecConfig) -> str:
     return shape_name(shape_of(cfg))
 
 
-def context_alone(data: dict, acc: dict) -> tuple | None:
-    """(τ, t_step ms) of drafting from the context alone, from its measured tokens and verify rows per step."""
+def context_alone(data: dict, acc: dict, drafted_only: bool = False) -> tuple | None:
+    """(τ, t_step ms) of drafting from the context alone, from its measured tokens and verify rows per step;
+    drafted_only: over the steps that found a continuation, with the fraction f of them: (τ_c, t_c, f)."""
     ctx, other = acc.get(CONTEXT), data.get("other", {}).get(CONTEXT)
     if not ctx or other is None:
         return None
     c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={}, other=other)
-    return ctx["tau"], c.at(c.verify, max(1, round(ctx["rows"]))) + other
+    tau, rows, f = ctx["tau"], ctx["rows"], ctx.get("drafted", 1.0)
+    if drafted_only:
+        if f <= 0:
+            return 1.0, c.at(c.verify, 1) + other, 0.0
+        tau, rows = 1 + (tau - 1) / f, 1 + (rows - 1) / f  # steps without a continuation emit 1 token from 1 row
+    step = c.at(c.verify, max(1, round(rows))) + other
+    return (tau, step, f) if drafted_only else (tau, step)
 
 
 @dataclass
@@ -115,8 +122,9 @@ class Verdict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None) -> Verdict | None:
-    """None where the calibration lacks this method (or the context entry)."""
+def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False) -> Verdict | None:
+    """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree where the
+    context has no continuation (cost.mixed). None where the calibration lacks this method (or the context entry)."""
     t_ar = data["verify"][0]
     if s is None:
         got = context_alone(data, acc)
@@ -128,15 +136,19 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None) -> Verdict
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
     tau = 1 + cost.expected_accepted(ac, s)
-    return Verdict(method, shape_name(s), tau, cost.break_even_tau(c, method, s), cost.predicted_speedup(c, ac, method, s),
-                   cost.step_ms(c, method, s, tau), t_ar)
+    t_step, name = cost.step_ms(c, method, s, tau), shape_name(s)
+    ctx = context_alone(data, acc, drafted_only=True) if context else None
+    if ctx is not None:
+        tau, t_step = cost.mixed((tau, t_step), ctx[:2], ctx[2])
+        name += " + context"
+    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar)
 
 
 def prediction(pipe, cfg: SpecConfig) -> dict:
     """The cost model's numbers for one run's config, from the cached calibration (no measuring here)."""
     cfg = resolve_shape(pipe, cfg)[0]
     data, acc = cached(pipe)
-    v = verdict(data, acc, cfg.method, shape_of(cfg)) if data and acc else None
+    v = verdict(data, acc, cfg.method, shape_of(cfg), cfg.context == "on") if data and acc else None
     if v is None:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return {"predicted_speedup": None, "prediction_note": f"no calibration for this machine and model ({missing})"}
@@ -146,23 +158,25 @@ def prediction(pipe, cfg: SpecConfig) -> dict:
 
 # ---------------------------------------------------------------- --shape auto
 
-def best_choice(data: dict, acc: dict, method: str, allow_context: bool) -> tuple:
-    """(shape or None for context alone, its Verdict): the model's best tree or chain over cost.shape_grid, or the
-    context alone where it is predicted faster. (None, None) where the calibration lacks this method."""
-    best = None
-    if method in acc.get("heads", {}) and method in data.get("head", {}):
-        c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
-        s, _ = cost.best_shape(c, ac, method)
-        best = (s, verdict(data, acc, method, s))
-    ctx = verdict(data, acc, method, None) if allow_context else None
-    if ctx is not None and (best is None or ctx.speedup > best[1].speedup):
-        return None, ctx
-    return best or (None, None)
+def best_choice(data: dict, acc: dict, method: str, context: bool, allow_alone: bool = True) -> tuple:
+    """(shape or None for the context alone, its Verdict): the model's tree or chain over cost.shape_grid of highest
+    predicted speedup (with context drafting on: mixed with the context's steps), or, with context on and
+    allow_alone, the context alone where that is faster. (None, None) where the calibration lacks this method."""
+    best = (None, None)
+    for s in cost.shape_grid() if method in acc.get("heads", {}) and method in data.get("head", {}) else []:
+        v = verdict(data, acc, method, s, context)
+        if best[1] is None or (round(v.speedup, 6), -s.size, -s.depth) > (round(best[1].speedup, 6), -best[0].size,
+                                                                          -best[0].depth):
+            best = (s, v)
+    alone = verdict(data, acc, method, None) if context and allow_alone else None
+    if alone is not None and (best[1] is None or alone.speedup >= best[1].speedup):
+        return None, alone
+    return best
 
 
 def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
     """(cfg with a concrete shape, one line saying what `auto` chose and why). A cfg not on auto comes back as it is.
-    allow_context: the choices include no model draft (greedy decoding with context drafting on)."""
+    allow_context: with context drafting on, the choices include no model draft at all."""
     if cfg.shape != "auto":
         return cfg, ""
     fallback = replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
@@ -170,7 +184,7 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
     if cfg.method == "ar" or pipe.drafter is None:
         return fallback, ""
     data, acc = cached(pipe)
-    s, v = best_choice(data, acc, cfg.method, allow_context and cfg.context == "on") if data and acc else (None, None)
+    s, v = best_choice(data, acc, cfg.method, cfg.context == "on", allow_context) if data and acc else (None, None)
     if v is None:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return fallback, (f"auto: no calibration for this machine and model ({missing}); "
@@ -200,10 +214,11 @@ def report(pipe, cfg: SpecConfig, note: str = "") -> dict:
             "costs": {"verify": {str(n): round(v[n - 1], 2) for n in COST_ROWS if n <= len(v)},
                       "backbone": round(data["backbone"][0], 2),
                       "head": {m: round(h[0], 2) for m, h in data["head"].items()}}}
-    run = verdict(data, acc, cfg.method, shape_of(cfg)) if cfg.method != "ar" else None
+    on = cfg.context == "on"
+    run = verdict(data, acc, cfg.method, shape_of(cfg), on) if cfg.method != "ar" else None
     out["run"] = run.as_dict() if run else None
     out["methods"] = [best.as_dict() for m in acc.get("heads", {})
-                      for _, best in [best_choice(data, acc, m, allow_context=False)] if best is not None]
+                      for _, best in [best_choice(data, acc, m, on, allow_alone=False)] if best is not None]
     ctx = verdict(data, acc, cfg.method, None)
     out["context"] = ctx.as_dict() if ctx else None
     return out

@@ -10,6 +10,9 @@ a node's chance to be on the accepted path is the product of a along its path, a
     speedup over plain decoding = τ · t_verify(1) / t_step                              (Costs, per machine)
 A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
 emit to match plain decoding.
+With context drafting on, a fraction f of steps finds a continuation in the token history and drafts from it
+(τ_c tokens per step at t_c; core/decoding/context.py), the rest drafts the model's tree (τ_m at t_m):
+    τ = f τ_c + (1 − f) τ_m        t_step = f t_c + (1 − f) t_m                           (mixed)
 """
 from dataclasses import dataclass, field
 from itertools import product
@@ -100,3 +103,10 @@ def best_shape(c: Costs, acc: Acceptance, method: str, grid=None) -> tuple:
     grid = grid or shape_grid()
     return max(((s, predicted_speedup(c, acc, method, s)) for s in grid),
                key=lambda x: (round(x[1], 6), -x[0].size, -x[0].depth))
+
+
+def mixed(model: tuple, ctx: tuple, f: float) -> tuple:
+    """(τ, t_step) of steps that draft from the context where it has a continuation (a fraction f of them, ctx =
+    (τ_c, t_c)) and the model's tree elsewhere (model = (τ_m, t_m))."""
+    (tau_m, t_m), (tau_c, t_c) = model, ctx
+    return f * tau_c + (1 - f) * tau_m, f * t_c + (1 - f) * t_m

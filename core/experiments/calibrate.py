@@ -159,10 +159,11 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
     """Per method: the default shape's Verdict and the best choice of the grid (context alone included)."""
     rows = []
     for m in acc["heads"]:
-        v = verdict(costs, acc, m, shape_of(config_for(pipe, m)))
+        d = config_for(pipe, m)
+        v = verdict(costs, acc, m, shape_of(d), d.context == "on")
         if v is None:
             continue
-        _, best = best_choice(costs, acc, m, allow_context=True)
+        _, best = best_choice(costs, acc, m, d.context == "on")
         rows.append(v.as_dict() | {"best_shape": best.shape, "best_speedup": round(best.speedup, 3)})
     return rows
 
@@ -235,8 +236,8 @@ def main(argv=None) -> int:
     if acc is None:
         print(f"no acceptance table at {acceptance_path(pipe)}: run with --acceptance for the verdicts")
         return 0
-    print("method     shape        τ pred  break-even τ  speedup pred  best shape     best speedup")
+    print("method     shape                   τ pred  break-even τ  speedup pred  best choice             best speedup")
     for r in verdicts(pipe, costs, acc):
-        print(f"{r['method']:<10} {r['shape']:<12} {r['tau']:6.2f}  {r['break_even_tau']:12.2f}  "
-              f"{r['speedup']:12.2f}  {r['best_shape']:<14} {r['best_speedup']:12.2f}")
+        print(f"{r['method']:<10} {r['shape']:<22} {r['tau']:7.2f}  {r['break_even_tau']:12.2f}  "
+              f"{r['speedup']:12.2f}  {r['best_shape']:<22} {r['best_speedup']:12.2f}")
     return 0

@@ -1,0 +1,82 @@
+"""--shape auto against the fixed choices it picks from, on held-out prompts, interleaved per prompt in one process
+(docs/cost.md). Run after `python -m core calibrate --acceptance`:
+PYTHONPATH=. python tests/ab_auto_shape.py [--model M] [--draft D] [--tokens N] [--per-category K] [--rounds R]"""
+import argparse
+import dataclasses
+import time
+
+import torch
+
+from core.calibration import prediction, resolve_shape, shape_label
+from core.config import SpecConfig
+from core.experiments.prompts import load_prompts
+from core.models import draft_defaults
+from core.pipeline import Pipeline
+from core.trace.stats import compare_to_ar
+
+
+def held_out(per_category: int, path="assets/prompts/heldout.jsonl") -> list:
+    seen, out = {}, []
+    for p in load_prompts([path]):
+        seen[p.category] = seen.get(p.category, 0) + 1
+        if seen[p.category] <= per_category:
+            out.append(p)
+    return out
+
+
+def variants(pipe, n: int) -> dict:
+    """name -> SpecConfig: plain decoding, the model's measured shape with context on and off, the context alone,
+    the cost model's best model shape with context on and off, and auto as resolved."""
+    base = SpecConfig(method="nanospec", max_new_tokens=n, **draft_defaults(pipe.model_id)).validate(pipe.vocab_size)
+    best, _ = resolve_shape(pipe, dataclasses.replace(base, shape="auto"), allow_context=False)
+    auto, note = resolve_shape(pipe, dataclasses.replace(base, shape="auto", context="on"))
+    print(note)
+    out = {"ar": dataclasses.replace(base, method="ar"),
+           f"measured shape {shape_label(base)} +context": dataclasses.replace(base, context="on"),
+           f"measured shape {shape_label(base)}": dataclasses.replace(base, context="off"),
+           "context alone": dataclasses.replace(base, shape="context", context="on"),
+           f"best model shape {shape_label(best)}": dataclasses.replace(best, context="off"),
+           f"best model shape {shape_label(best)} +context": dataclasses.replace(best, context="on")}
+    out[f"auto ({shape_label(auto)})"] = auto
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--draft", default="auto")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--per-category", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    pipe = Pipeline.load(args.model or "smollm2-135m-instruct", draft=args.draft)
+    cfgs, prompts = variants(pipe, args.tokens), held_out(args.per_category)
+    for c in cfgs.values():  # warm-up
+        list(pipe.run(prompts[0].text, dataclasses.replace(c, max_new_tokens=4)))
+    tokens, seconds, same = dict.fromkeys(cfgs, 0), dict.fromkeys(cfgs, 0.0), dict.fromkeys(cfgs, 0)
+    for _ in range(args.rounds):
+        for p in prompts:
+            recs = {}
+            for name, c in cfgs.items():
+                t0 = time.perf_counter()
+                recs[name] = list(pipe.run(p.text, c))
+                seconds[name] += time.perf_counter() - t0
+                tokens[name] += sum(len(r.emitted) for r in recs[name])
+            for name in cfgs:
+                same[name] += compare_to_ar(recs[name], recs["ar"])["identical"]
+    ar = tokens["ar"] / seconds["ar"]
+    print(f"{len(prompts)} held-out prompts x {args.tokens} tokens x {args.rounds} rounds, {args.threads} threads; "
+          f"plain decoding {ar:.1f} tok/s")
+    print(f"{'variant':<44} {'measured':>9} {'predicted':>9} {'identical':>9}")
+    for name, c in cfgs.items():
+        if name == "ar":
+            continue
+        pred = prediction(pipe, c)["predicted_speedup"]
+        print(f"{name:<44} {tokens[name] / seconds[name] / ar:8.2f}x {pred or 0:8.2f}x "
+              f"{same[name]:>4}/{len(prompts) * args.rounds}")
+
+
+if __name__ == "__main__":
+    main()
