@@ -210,7 +210,8 @@ def report(pipe, cfg: SpecConfig, note: str = "") -> dict:
         out["machine"] = machine()
         return out
     v = data["verify"]
-    out |= {"machine": data["key"]["machine"], "date": data.get("date", ""), "runtime_note": data["key"]["runtime_note"],
+    key = data.get("key") or calibration_key(pipe)
+    out |= {"machine": key["machine"], "date": data.get("date", ""), "runtime_note": key["runtime_note"],
             "costs": {"verify": {str(n): round(v[n - 1], 2) for n in COST_ROWS if n <= len(v)},
                       "backbone": round(data["backbone"][0], 2),
                       "head": {m: round(h[0], 2) for m, h in data["head"].items()}}}

@@ -1,6 +1,7 @@
 """--shape auto against the fixed choices it picks from, on held-out prompts, interleaved per prompt in one process
 (docs/cost.md). Run after `python -m core calibrate --acceptance`:
-PYTHONPATH=. python tests/ab_auto_shape.py [--model M] [--draft D] [--tokens N] [--per-category K] [--rounds R]"""
+PYTHONPATH=. python tests/ab_auto_shape.py [--model M] [--draft D] [--tokens N] [--per-category K] [--rounds R] [--grid]
+--grid adds a measured grid search (depth 2-6, top-k 1-4, size 4-16, chains 1-6, context as the model sets it)."""
 import argparse
 import dataclasses
 import time
@@ -41,6 +42,17 @@ def variants(pipe, n: int) -> dict:
     return out
 
 
+GRID = [(d, k, n) for d in (2, 3, 4, 6) for k in (2, 3, 4) for n in (4, 6, 8, 12, 16) if d <= n <= d * k]
+CHAINS = (1, 2, 3, 4, 6)
+
+
+def grid(base: SpecConfig) -> dict:
+    """name -> SpecConfig over a grid of trees and chains, with base's context setting."""
+    out = {f"grid tree {d}/{k}/{n}": dataclasses.replace(base, shape="tree", depth=d, top_k=k, tree_size=n)
+           for d, k, n in GRID}
+    return out | {f"grid chain {g}": dataclasses.replace(base, shape="chain", gamma=g) for g in CHAINS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
@@ -49,10 +61,13 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--grid", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model or "smollm2-135m-instruct", draft=args.draft)
     cfgs, prompts = variants(pipe, args.tokens), held_out(args.per_category)
+    if args.grid:
+        cfgs |= grid(cfgs[next(k for k in cfgs if k.startswith("auto"))])
     for c in cfgs.values():  # warm-up
         list(pipe.run(prompts[0].text, dataclasses.replace(c, max_new_tokens=4)))
     tokens, seconds, same = dict.fromkeys(cfgs, 0), dict.fromkeys(cfgs, 0.0), dict.fromkeys(cfgs, 0)
@@ -70,12 +85,16 @@ def main() -> None:
     print(f"{len(prompts)} held-out prompts x {args.tokens} tokens x {args.rounds} rounds, {args.threads} threads; "
           f"plain decoding {ar:.1f} tok/s")
     print(f"{'variant':<44} {'measured':>9} {'predicted':>9} {'identical':>9}")
+    best = max((n for n in cfgs if n.startswith("grid")), key=lambda n: tokens[n] / seconds[n], default=None)
     for name, c in cfgs.items():
-        if name == "ar":
+        if name == "ar" or (name.startswith("grid") and name != best):
             continue
         pred = prediction(pipe, c)["predicted_speedup"]
-        print(f"{name:<44} {tokens[name] / seconds[name] / ar:8.2f}x {pred or 0:8.2f}x "
-              f"{same[name]:>4}/{len(prompts) * args.rounds}")
+        print(f"{name + (' (best of the grid)' if name == best else ''):<44} {tokens[name] / seconds[name] / ar:8.2f}x "
+              f"{pred or 0:8.2f}x {same[name]:>4}/{len(prompts) * args.rounds}")
+    if best:
+        print(f"identical to plain decoding over the whole grid: {sum(same[n] for n in cfgs if n.startswith('grid'))}"
+              f"/{sum(n.startswith('grid') for n in cfgs) * len(prompts) * args.rounds}")
 
 
 if __name__ == "__main__":

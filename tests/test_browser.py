@@ -6,9 +6,11 @@ Screenshots and measured numbers go to test-artifacts/ (gitignored).
 import importlib.util
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import served_app
 
@@ -53,9 +55,25 @@ def set_max_tokens(page, n: str):
     return box
 
 
+@contextmanager
+def calibrated_default(where: Path):
+    """The default model's step costs measured quickly (few rows, one rep) into `where`, for the cost panel."""
+    from core import calibration
+    from core.experiments import calibrate
+    from ui.models import DEFAULT_KEY, load_pipeline
+    path = lambda key: where / calibration.costs_path(key).name  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(calibration, "costs_path", path)
+        mp.setattr(calibrate, "costs_path", path)
+        pipe = load_pipeline(DEFAULT_KEY)
+        with torch.no_grad():
+            calibrate.save_costs(pipe, calibrate.defaults(rows=16, width=4, contexts="64", reps=1), lambda msg: None)
+        yield
+
+
 @pytest.fixture(scope="module")
-def url():
-    with served_app() as u:
+def url(tmp_path_factory):
+    with calibrated_default(tmp_path_factory.mktemp("calibration")), served_app() as u:
         yield u
 
 
@@ -105,6 +123,7 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     load_pipeline(DEFAULT_KEY)  # measure latency with the model already loaded
     page = open_page(browser, url)
     set_max_tokens(page, str(RUN_TOKENS))
+    page.locator("#shape-radio").get_by_label("the tree set below").check()  # a model tree: drafts get rejected
     page.evaluate(NOTE_LOG_JS)
     page.locator("#run-btn").click()
     first = page.wait_for_function(FIRST_STEP_JS, timeout=120_000).json_value()
@@ -133,6 +152,29 @@ def test_run_default_prompt_streams_every_panel(browser, url):
     print("browser metrics:", metrics)
     # the goal is < 3 s on an idle 2-vCPU box; here assert only what the UI adds on top of the engine's prefill
     assert first - stats["first_gen_s"] < 5, f"first streamed step took {first:.1f}s"
+    page.close()
+
+
+def test_a_run_on_the_auto_shape_shows_why_speculation_pays_or_loses_here(browser, url):
+    page = open_page(browser, url)
+    assert "Run a prompt to see this machine" in page.locator("#pay-panel").inner_text()
+    set_max_tokens(page, str(RUN_TOKENS))
+    page.locator("#run-btn").click()
+    page.wait_for_selector("#pay-panel .pay-reason", timeout=300_000)
+    page.wait_for_function("() => document.querySelector('#summary [data-card=\"speedup vs AR\"] .card-v')"
+                           ".innerText.includes('×')", timeout=300_000)
+    panel = page.locator("#pay-panel")
+    reason = panel.locator(".pay-reason").inner_text()
+    assert reason.startswith(("Speculation pays here", "Speculation loses here")), reason
+    assert "must emit τ ≥" in reason and " ms " in reason
+    assert panel.locator(".pay-shape").inner_text().startswith("auto: ")
+    assert panel.locator("tr.pay-own td").count() == 7  # this run: shape, break-even, τ and speedup both ways
+    measured = panel.locator("tr.pay-own td").nth(6).inner_text()
+    assert measured.endswith("×") and float(measured[:-1]) > 0
+    assert panel.locator("tr").count() >= 4  # this run, the other heads at their best shapes
+    assert "target step" in panel.locator(".pay-costs").inner_text()
+    panel.screenshot(path=str(ART / "pay-panel.png"))
+    page.screenshot(path=str(ART / "run-auto-desktop.png"), full_page=True)
     page.close()
 
 
@@ -203,6 +245,8 @@ def test_compare_tab_ar_vs_nanospec_is_lossless(browser, url):
     page.locator("#compare-btn").click()
     page.wait_for_selector("#compare-table .badge-ok", timeout=300_000)
     assert page.locator("#compare-table tr").count() == 3  # header + ar + nanospec
+    nanospec = page.locator("#compare-table tr").nth(2).locator("td")
+    assert nanospec.nth(4).inner_text().endswith("×"), "no predicted speedup beside the measured one"
     assert page.locator("#compare-texts .compare-col-title").count() == 2
     assert page.locator("#compare-plot .js-plotly-plot .scatterlayer .trace").count() == 2
     page.screenshot(path=str(ART / "compare-desktop.png"), full_page=True)

@@ -162,3 +162,26 @@ def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pip
 def test_the_context_alone_needs_context_drafting_on():
     with pytest.raises(SpecError, match="needs context on"):
         SpecConfig(shape="context", context="off").validate()
+
+
+def test_the_report_holds_this_machines_costs_and_a_verdict_per_head(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.5, "rows": 3.0,
+                                                                                         "drafted": 0.5})
+    r = calibration.report(pipe, SpecConfig(method="nanospec", context="on"), "a note")
+    assert r["costs"]["verify"]["1"] == pytest.approx(costs["verify"][0], abs=0.01) and "8" not in r["costs"]["verify"]
+    assert r["run"]["shape"] == "tree 3/2/6 + context" and r["run"]["speedup"] > 0 and r["shape_note"] == "a note"
+    assert [v["method"] for v in r["methods"]] == ["nanospec"] and r["context"]["shape"] == "context alone"
+
+
+def test_the_report_says_what_to_run_where_nothing_is_calibrated(pipe, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
+    assert calibration.report(pipe, SpecConfig())["missing"] == "python -m core calibrate --acceptance"
+
+
+def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.5, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
+    data, acc = calibration.cached(pipe)
+    s = calibration.cost.Shape(2, 1, 2)
+    alone, mixed = (calibration.verdict(data, acc, "nanospec", s, ctx) for ctx in (False, True))
+    assert mixed.tau == pytest.approx(0.5 * (1 + 1.0 / 0.5) + 0.5 * alone.tau)  # f τ_c + (1 − f) τ_m
