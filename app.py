@@ -18,7 +18,7 @@ from core.experiments.prompts import example_prompts as shipped_prompts
 from ui.api import generate
 from ui.compare_tab import compare_ui
 from ui.maps_tab import maps_tab
-from ui.models import hub_reachable, model_choices, preload_default_model
+from ui.models import PAIR_KEY, hub_reachable, model_choices, pair_offer, preload_default_model
 from ui.paper_tab import paper_ui
 from ui.run_tab import initial_trace, play, replay, replay_shift, run_ui, show_example, speed_to_interval, tick
 from ui.runs import (DRAFT_SHAPES, SLIDERS, UI_MAX_NEW_TOKENS, pay_for, request_stop, settings_for, summary_for,
@@ -124,6 +124,8 @@ def _run_tab(example: dict, hub: bool) -> dict:
             ui["note"] = gr.HTML(source_note(example), elem_id="source-note")
             ui["summary"] = gr.HTML(summary_for(example), elem_id="summary")
             ui["pay"] = gr.HTML(pay_for(example), elem_id="pay-panel")
+            offer = pair_offer()
+            ui["try_pair"] = gr.Button(offer or "the Qwen pair", visible=bool(offer), size="sm", elem_id="try-pair")
             ui["view"] = gr.Radio(list(TEXT_VIEWS), value="with drafts", show_label=False, container=False,
                                   elem_id="text-view")
             ui["text"] = gr.HTML(v["text"], label="Text", elem_id="text-panel")
@@ -249,6 +251,7 @@ def _wire(demo, ui, cmp, pap, trace_state) -> None:
     _wire_replay(run)
     _on(ui["model"].change, show_example, [ui["model"], trace_state], run, RUN_OUT, **PRIVATE)
     _on(ui["model"].change, settings_for, [ui["model"]], ui, SLIDERS, **PRIVATE)  # the model's measured defaults
+    ui["try_pair"].click(lambda: gr.Dropdown(value=PAIR_KEY), None, ui["model"], **PRIVATE)  # then model.change
     ui["view"].change(None, ui["view"], ui["view"], js=VIEW_JS)
     demo.load(None, None, ui["view"], js=PHONE_VIEW_JS)
     gr.api(generate, api_name="generate", concurrency_id="model", concurrency_limit=1)

@@ -10,6 +10,7 @@ import pytest
 import app
 from conftest import served_app
 from core.config import SpecConfig
+from core.errors import SpecError
 from core.models import DEFAULT_MODEL
 from ui import compare_tab, models, paper_tab, run_tab, runs
 from ui.runs import default_settings, make_config
@@ -347,3 +348,22 @@ def test_the_app_drafts_a_model_in_its_measured_shape():
     assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size, cfg.context) == tuple(
         pair[k] for k in ("shape", "depth", "top_k", "tree_size", "context"))
     assert make_config("nanospec", *default_settings(), 16, 0.0, model_id=DEFAULT_MODEL).shape == SpecConfig().shape
+
+
+def test_the_pair_switch_is_offered_only_where_the_memory_holds_the_pair(monkeypatch):
+    import core.models
+    from ui.models import pair_offer
+    monkeypatch.setattr(core.models, "available_memory", lambda: 4 * 2**30)
+    assert pair_offer() == ""
+    monkeypatch.setattr(core.models, "available_memory", lambda: 64 * 2**30)
+    offer = pair_offer()
+    assert offer.startswith("Try a larger pair") and "GiB of memory, 64 GiB free" in offer
+
+
+def test_the_draft_shape_setting_is_checked_and_reaches_the_config():
+    assert make_config("nanospec", *default_settings(), 16, 0.0, "auto").shape == "auto"
+    cfg = make_config("nanospec", *default_settings("qwen2.5-coder-1.5b-instruct"), 16, 0.0, "context",
+                      model_id="qwen2.5-coder-1.5b-instruct")
+    assert (cfg.shape, cfg.context) == ("context", "on")  # the pair's measured default is context off
+    with pytest.raises(SpecError, match="draft shape"):
+        make_config("nanospec", *default_settings(), 16, 0.0, "../etc")

