@@ -1,5 +1,6 @@
 """python -m core calibrate (core/experiments/calibrate.py) and its files (core/calibration.py) on a tiny random
 pipeline: what it measures, where it keeps it, the predictions the CLI and bench print from it, and `--shape auto`."""
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -185,3 +186,19 @@ def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, 
     s = calibration.cost.Shape(2, 1, 2)
     alone, mixed = (calibration.verdict(data, acc, "nanospec", s, ctx) for ctx in (False, True))
     assert mixed.tau == pytest.approx(0.5 * (1 + 1.0 / 0.5) + 0.5 * alone.tau)  # f τ_c + (1 − f) τ_m
+
+
+def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tmp_path, monkeypatch, single_thread):
+    from ui import calibrating
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibrate, "defaults", lambda: args)
+    monkeypatch.setattr(calibrating, "_STATE", {})
+    monkeypatch.setenv("SPECLENS_CALIBRATE", "0")
+    assert not calibrating.start("tiny", pipe)  # switched off
+    monkeypatch.setenv("SPECLENS_CALIBRATE", "1")
+    assert calibrating.start("tiny", pipe) and not calibrating.start("tiny", pipe)  # one at a time
+    deadline = time.monotonic() + 120
+    while calibrating.status("tiny")["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert calibrating.status("tiny")["state"] == "done"
+    assert calibration.cached(pipe)[0]["verify"] and not calibrating.start("tiny", pipe)  # cached now
