@@ -1,5 +1,6 @@
 """Run as `PYTHONPATH=. python tests/screenshots.py`. Retakes docs/screenshots/{desktop,phone}.png: the app on the
-default model and prompt after one Run (the default settings), in headless Chromium (see tests/test_browser.py)."""
+default model and prompt after one Run (the default settings), in headless Chromium (see tests/test_browser.py), and
+pay-panel.png, the "Will it pay here?" panel of the desktop run (this machine's calibration, where one is cached)."""
 import sys
 from pathlib import Path
 
@@ -19,6 +20,10 @@ def run_and_shoot(browser, url: str, name: str) -> str:
     page.locator("#run-btn").click()
     page.wait_for_selector("#source-note :text('your run')", timeout=300_000)
     page.wait_for_selector("#coverage-plot .js-plotly-plot", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#summary [data-card=\"speedup vs AR\"] .card-v')"
+                           ".innerText.includes('×')", timeout=300_000)
+    if name == "desktop":
+        page.locator("#pay-panel").screenshot(path=str(OUT / "pay-panel.png"))
     page.evaluate("window.scrollTo(0, 0)")
     path = OUT / f"{name}.png"
     page.screenshot(path=str(path))
