@@ -163,11 +163,9 @@ def best_choice(data: dict, acc: dict, method: str, context: bool, allow_alone: 
     predicted speedup (with context drafting on: mixed with the context's steps), or, with context on and
     allow_alone, the context alone where that is faster. (None, None) where the calibration lacks this method."""
     best = (None, None)
-    for s in cost.shape_grid() if method in acc.get("heads", {}) and method in data.get("head", {}) else []:
-        v = verdict(data, acc, method, s, context)
-        if best[1] is None or (round(v.speedup, 6), -s.size, -s.depth) > (round(best[1].speedup, 6), -best[0].size,
-                                                                          -best[0].depth):
-            best = (s, v)
+    if method in acc.get("heads", {}) and method in data.get("head", {}):
+        s, _ = cost.best_of(cost.shape_grid(), lambda s: verdict(data, acc, method, s, context).speedup)
+        best = (s, verdict(data, acc, method, s, context))
     alone = verdict(data, acc, method, None) if context and allow_alone else None
     if alone is not None and (best[1] is None or alone.speedup >= best[1].speedup):
         return None, alone

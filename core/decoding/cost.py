@@ -98,11 +98,14 @@ def shape_grid(depths=range(2, 7), top_ks=range(2, 5), sizes=range(4, 17), chain
     return trees + [Shape(g, 1, g) for g in chains]
 
 
+def best_of(grid, speedup) -> tuple:
+    """(the shape s of grid with the highest speedup(s), that value); ties go to the smaller tree."""
+    return max(((s, speedup(s)) for s in grid), key=lambda x: (round(x[1], 6), -x[0].size, -x[0].depth))
+
+
 def best_shape(c: Costs, acc: Acceptance, method: str, grid=None) -> tuple:
-    """(the shape of highest predicted speedup, that speedup); ties go to the smaller tree."""
-    grid = grid or shape_grid()
-    return max(((s, predicted_speedup(c, acc, method, s)) for s in grid),
-               key=lambda x: (round(x[1], 6), -x[0].size, -x[0].depth))
+    """(the shape of highest predicted speedup, that speedup)."""
+    return best_of(grid or shape_grid(), lambda s: predicted_speedup(c, acc, method, s))
 
 
 def mixed(model: tuple, ctx: tuple, f: float) -> tuple:
