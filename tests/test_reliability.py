@@ -166,6 +166,7 @@ def test_results_written_before_a_new_engine_option_existed_still_resume(tmp_pat
 class FakeRunPipe:
     """The Pipeline surface ui.api.generate uses; `run` records its kwargs and fails inside the first step."""
     model_id, draft_name, runtime_name, vocab_size = "fake", "self", "eager", 300
+    drafter = None  # no model drafter: the auto shape falls back without a calibration
 
     def __init__(self):
         self.kwargs = {}
