@@ -23,6 +23,7 @@ from core.paths import ASSETS, cache_root
 CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "asimd", "sve")
 SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
+MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
 
 
 # ---------------------------------------------------------------- where a calibration belongs
@@ -187,9 +188,15 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return fallback, (f"auto: no calibration for this machine and model ({missing}); "
                           f"the model's measured shape {shape_name(shape_of(fallback))}")
+    home = verdict(data, acc, cfg.method, shape_of(fallback), cfg.context == "on")
+    if home is not None and v.speedup < home.speedup * (1 + MARGIN):
+        return fallback, (f"auto: the default shape {home.shape}, predicted {home.speedup:.2f}× plain decoding on this "
+                          f"machine (the grid's best, {v.shape} at {v.speedup:.2f}×, is within the cost model's "
+                          f"{MARGIN:.0%} margin)")
     chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, **s.config())
     return chosen, (f"auto: {v.shape}, predicted {v.speedup:.2f}× plain decoding on this machine "
-                    f"(τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f})")
+                    f"(τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f}; the default shape "
+                    f"{home.shape if home else shape_label(fallback)} {home.speedup if home else 0:.2f}×)")
 
 
 # ---------------------------------------------------------------- will it pay here? (what the app's panel shows)

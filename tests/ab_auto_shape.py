@@ -71,6 +71,7 @@ def main() -> None:
     for c in cfgs.values():  # warm-up
         list(pipe.run(prompts[0].text, dataclasses.replace(c, max_new_tokens=4)))
     tokens, seconds, same = dict.fromkeys(cfgs, 0), dict.fromkeys(cfgs, 0.0), dict.fromkeys(cfgs, 0)
+    steps, step_tokens = dict.fromkeys(cfgs, 0), dict.fromkeys(cfgs, 0)
     for _ in range(args.rounds):
         for p in prompts:
             recs = {}
@@ -79,19 +80,22 @@ def main() -> None:
                 recs[name] = list(pipe.run(p.text, c))
                 seconds[name] += time.perf_counter() - t0
                 tokens[name] += sum(len(r.emitted) for r in recs[name])
+                step_tokens[name] += sum(len(r.emitted) for r in recs[name] if r.kind != "prefill")
+                steps[name] += sum(r.kind != "prefill" for r in recs[name])
             for name in cfgs:
                 same[name] += compare_to_ar(recs[name], recs["ar"])["identical"]
     ar = tokens["ar"] / seconds["ar"]
     print(f"{len(prompts)} held-out prompts x {args.tokens} tokens x {args.rounds} rounds, {args.threads} threads; "
           f"plain decoding {ar:.1f} tok/s")
-    print(f"{'variant':<44} {'measured':>9} {'predicted':>9} {'identical':>9}")
+    print(f"{'variant':<44} {'measured':>9} {'predicted':>9} {'τ':>5} {'τ pred':>6} {'identical':>9}")
     best = max((n for n in cfgs if n.startswith("grid")), key=lambda n: tokens[n] / seconds[n], default=None)
     for name, c in cfgs.items():
         if name == "ar" or (name.startswith("grid") and name != best):
             continue
-        pred = prediction(pipe, c)["predicted_speedup"]
+        p = prediction(pipe, c)
+        pred, tau = p["predicted_speedup"], step_tokens[name] / max(steps[name], 1)
         print(f"{name + (' (best of the grid)' if name == best else ''):<44} {tokens[name] / seconds[name] / ar:8.2f}x "
-              f"{pred or 0:8.2f}x {same[name]:>4}/{len(prompts) * args.rounds}")
+              f"{pred or 0:8.2f}x {tau:5.2f} {p.get('predicted_tau') or 0:6.2f} {same[name]:>4}/{len(prompts) * args.rounds}")
     if best:
         print(f"identical to plain decoding over the whole grid: {sum(same[n] for n in cfgs if n.startswith('grid'))}"
               f"/{sum(n.startswith('grid') for n in cfgs) * len(prompts) * args.rounds}")

@@ -141,7 +141,7 @@ def test_auto_picks_the_grid_shape_of_highest_predicted_speedup(pipe, costs, tmp
 
 
 def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0})
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0, "drafted": 0.5})
     costs_ctx = costs | {"other": costs["other"] | {"context": 0.0}}
     calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs_ctx))
     cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
@@ -202,3 +202,10 @@ def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tm
         time.sleep(0.05)
     assert calibrating.status("tiny")["state"] == "done"
     assert calibration.cached(pipe)[0]["verify"] and not calibrating.start("tiny", pipe)  # cached now
+
+
+def test_auto_keeps_the_default_shape_where_the_grids_best_gains_less_than_the_margin(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
+    monkeypatch.setattr(calibration, "MARGIN", 10.0)  # no shape can gain 1000%
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
+    assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6) and "within the cost model's" in note
