@@ -61,7 +61,8 @@ def calibrated_default(where: Path):
     from core import calibration
     from core.experiments import calibrate
     from ui.models import DEFAULT_KEY, load_pipeline
-    path = lambda key: where / calibration.costs_path(key).name  # noqa: E731
+    shipped = calibration.costs_path
+    path = lambda key: where / shipped(key).name  # noqa: E731
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(calibration, "costs_path", path)
         mp.setattr(calibrate, "costs_path", path)
@@ -224,6 +225,7 @@ def test_frspec_with_a_small_vocabulary_shows_vocabulary_misses(browser, url):
     fr = page.get_by_label("number input for FR-Spec size K")
     fr.fill("256")
     fr.press("Enter")
+    page.locator("#shape-radio").get_by_label("the tree set below").check()  # auto may pick no model draft
     page.locator("#run-controls").get_by_label("frspec").check()
     page.locator("#run-btn").click()
     page.wait_for_function("() => !/shipped example/.test(document.querySelector('#source-note').innerText)",

@@ -160,5 +160,6 @@ body.speclens-text-view .tok-bonus.tok-vmiss { background: rgba(161,66,244,.22);
   .legend { font-size: 10.5px; }
   .legend .tok { padding: 0 2px; }
   #text-view label { padding: 0 8px !important; }
+  #pay-panel, #try-pair { order: 1; }  /* on a phone: below the text and its coverage */
 }
 """

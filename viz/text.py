@@ -67,7 +67,8 @@ def _step_spans(rec: dict, vocab: dict) -> list:
         what = "target correction" if rejected else "target bonus token"
         replaced = ", ".join(repr(token_str(vocab, rec["tree"]["tokens"][j])) for j in rejected)
         extra = f" · drafts rejected here: {replaced}" if replaced else ""
-        spans.append(_bonus_span(rec, vocab, len(emitted) - 1, f"step {rec['step']} · {what}{extra}", miss_mark=True))
+        spans.append(_bonus_span(rec, vocab, len(emitted) - 1, f"step {rec['step']} · {what}{extra}",
+                                 miss_mark=bool(rejected)))
     return spans
 
 
@@ -103,7 +104,7 @@ def _rejected_span(rec, vocab, j) -> str:
 
 
 def _bonus_span(rec, vocab, i, what, miss_mark=False) -> str:
-    """miss_mark: a step's target token outside I_t is a vocabulary miss (the prefill token had no draft)."""
+    """miss_mark: a correction's target token outside I_t is a vocabulary miss, as vocab_misses counts it."""
     iv = _at(rec.get("emitted_in_vocab"), i)
     miss = miss_mark and iv is False
     title = f"{what} · in active vocab: {fmt_in_vocab(iv)}" + (f" · {VMISS_NOTE}" if miss else "")
