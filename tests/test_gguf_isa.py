@@ -73,12 +73,20 @@ def test_the_cap_picks_the_best_variant_at_or_below_it(monkeypatch):
     for cap in isa.ORDER:
         monkeypatch.setenv(isa.ENV, cap.upper())
         assert isa.codes_variant() == next(v for v in here if isa.ORDER.index(v) >= isa.ORDER.index(cap))
-    assert isa.codes_variant() == "none" and not isa.int4_vnni()
+    assert isa.codes_variant() == "none" and not isa.int4_vnni() and isa.q8_variant() == ""
+
+
+def test_the_cap_picks_the_best_int8_variant_at_or_below_it(monkeypatch):
+    here = isa.q8_variants()
+    for cap in isa.ORDER:
+        monkeypatch.setenv(isa.ENV, cap)
+        allowed = [v for v in here if isa.ORDER.index(v) >= isa.ORDER.index(cap)]
+        assert isa.q8_variant() == (allowed[0] if allowed else "")
 
 
 def test_an_unknown_cap_is_refused_by_name(monkeypatch):
     monkeypatch.setenv(isa.ENV, "sse9")
-    with pytest.raises(SpecError, match=r"SPECLENS_CPU_ISA='sse9': use one of amx, avx512, avx2, none"):
+    with pytest.raises(SpecError, match=r"SPECLENS_CPU_ISA='sse9': use one of amx, avx512, avxvnni, avx2, none"):
         isa.codes_variant()
 
 

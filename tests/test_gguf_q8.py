@@ -1,7 +1,7 @@
-"""A GGUF model's raw blocks as its products with int8 activations (core/kernels/cpu/gguf_q8.py, gguf_q8.c, AVX2): for
-every type the shipped GGUFs hold, the product is the fp64 product of gguf-py's weights with the int8-rounded inputs,
-each row is the same whatever rows and threads share the call, and a model on them keeps speculative greedy = its own
-greedy."""
+"""A GGUF model's raw blocks as its products with int8 activations (core/kernels/cpu/gguf_q8.py, gguf_q8.c; AVX2,
+AVX-VNNI, AVX512-VNNI: every variant this machine runs): for every type the shipped GGUFs hold, the product is the
+fp64 product of gguf-py's weights with the int8-rounded inputs, the variants give the same floats, each row is the
+same whatever rows and threads share the call, and a model on them keeps speculative greedy = its own greedy."""
 import numpy as np
 import pytest
 import torch
@@ -12,11 +12,13 @@ from core.kernels.cpu import isa
 
 needs_q8 = pytest.mark.skipif(not q8.available(), reason="no AVX2 q8_mm here (core/kernels/cpu/isa.py)")
 KINDS = list(q8.BLOCK)
+VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(v not in isa.q8_variants(), reason=f"no {v} q8_mm here"))
+            for v in isa.Q8]
 
 
-def matrix(kind: str, n: int = 48, k: int = 512, seed: int = 0):
+def matrix(kind: str, n: int = 48, k: int = 512, seed: int = 0, variant: str = ""):
     raw = random_blocks(kind, n, k, seed, scale=0.01)
-    return q8.matrix_raw([(kind, raw, n, k, None)]), dequantized(kind, raw, n, k, torch.float64)
+    return q8.matrix_raw([(kind, raw, n, k, None)])._replace(variant=variant), dequantized(kind, raw, n, k, torch.float64)
 
 
 def int8_inputs(x, block: int):
@@ -27,10 +29,10 @@ def int8_inputs(x, block: int):
     return ((xb * scale).round().double() * (amax / 127).double()).view_as(x)
 
 
-@needs_q8
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_product_is_the_fp64_product_of_the_dequantized_blocks_with_int8_inputs(kind):
-    c, w = matrix(kind)
+def test_the_product_is_the_fp64_product_of_the_dequantized_blocks_with_int8_inputs(kind, variant):
+    c, w = matrix(kind, variant=variant)
     x = torch.randn(7, c.k, generator=torch.Generator().manual_seed(0))
     ref = int8_inputs(x, 256 if kind in q8.K_TYPES else 32) @ w.T
     y = q8.q8_mm(x, c)
@@ -47,10 +49,18 @@ def test_int8_inputs_stay_within_one_percent_of_the_full_precision_product(kind)
     assert (q8.q8_mm(x, c).double() - ref).abs().max() <= 0.01 * ref.abs().max()
 
 
-@needs_q8
-def test_each_row_is_the_same_whatever_rows_share_the_call():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_gives_the_avx2_floats_bit_for_bit(variant):
     parts = [(kind, random_blocks(kind, 24, 512, i, scale=0.01), 24, 512, None) for i, kind in enumerate(KINDS)]
     c = q8.matrix_raw(parts)
+    x = torch.randn(11, c.k, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(q8.q8_mm(x, c._replace(variant=variant)), q8.q8_mm(x, c._replace(variant="avx2")))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_row_is_the_same_whatever_rows_share_the_call(variant):
+    parts = [(kind, random_blocks(kind, 24, 512, i, scale=0.01), 24, 512, None) for i, kind in enumerate(KINDS)]
+    c = q8.matrix_raw(parts)._replace(variant=variant)
     x = torch.randn(40, c.k, generator=torch.Generator().manual_seed(2))
     alone = torch.cat([q8.q8_mm(x[i:i + 1], c) for i in range(40)])
     for m in (2, 9, 16, 17, 33, 40):
@@ -122,16 +132,18 @@ def test_the_none_cap_turns_the_kernel_off(monkeypatch):
 
 # ---------------------------------------------------------------- a model on its blocks
 
-@needs_q8
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("arch, dtype", [("qwen2", torch.float32), ("llama", torch.float32), ("qwen2", torch.bfloat16)])
-def test_a_model_on_its_blocks_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, monkeypatch, arch, dtype):
+def test_a_model_on_its_blocks_keeps_speculative_greedy_equal_to_its_own_greedy(tmp_path, monkeypatch, arch, dtype,
+                                                                                 variant):
     from core.runtime.fast import FastRunner
     from core.trace.stats import compare_to_ar
 
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    monkeypatch.setenv(isa.ENV, variant)
     target, draft = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=dtype, arch=arch)
     runner = FastRunner(target)
-    assert all(on_codes(runner)) and runner.exact_reason == "" and runner.codes_variant == "avx2-int8"
+    assert all(on_codes(runner)) and runner.exact_reason == "" and runner.codes_variant == isa.Q8[variant][1]
     spec, ar = spec_and_ar(runner, target, draft)
     assert compare_to_ar(spec, ar)["identical"]
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
@@ -164,6 +176,7 @@ def test_the_runtime_note_names_the_int8_products(tmp_path, monkeypatch):
     from core.pipeline import runtime_note
     from core.runtime.fast import FastRunner
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    monkeypatch.setenv(isa.ENV, "avx2")
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
     assert runtime_note(FastRunner(target)) == "fast fp32 on its GGUF codes (avx2-int8), exact"
 

@@ -1,9 +1,10 @@
-"""python -m core.experiments.bench_codes: codes_mm per kernel variant on a model's matrix shapes, side by side.
+"""python -m core.experiments.bench_codes: codes_mm and q8_mm per kernel variant on a model's matrix shapes, side by side.
 
 Random Q4_K / Q6_K codes shaped like a GGUF Q4_K_M model's layers (default: Qwen2.5-Coder-1.5B: q|k|v, o, gate|up in
 Q4_K, down in Q6_K, head 151936 × 1536 in Q6_K), `--layers` distinct layers so the codes stream from memory, and per
 row count the ms of one pass over them for each variant this CPU runs (isa.codes_variants), interleaved, with oneDNN's
-packed bf16 product of the same decoded weights beside them. GB/s = codes bytes / time, against the read bandwidth
+packed bf16 product of the same decoded weights beside them, and q8_mm (int8 activations on the same blocks) per
+variant it has here (isa.q8_variants: `int8-avx512`, `int8-avxvnni`, `int8-avx2`). GB/s = codes bytes / time, against the read bandwidth
 measured in the same run. A shared machine: compare within a run.
 """
 import argparse
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from core.kernels.cpu import gguf_codes as g
+from core.kernels.cpu import gguf_q8 as q8
 from core.kernels.cpu import isa
 
 SHAPES = {"qwen2.5-1.5b": dict(d=1536, qkv=2048, ffn=8960, vocab=151936, layers=28)}
@@ -28,11 +30,22 @@ def random_blocks(kind: str, n: int, k: int, seed: int) -> np.ndarray:
     return raw.reshape(n, -1)
 
 
-def layer_codes(s: dict, seed: int) -> list:
-    """One layer's four fused matrices as Codes."""
+def layer_blocks(s: dict, seed: int) -> list:
+    """One layer's four fused matrices as [(kind, blocks, n, k)]."""
     d, f = s["d"], s["ffn"]
     mats = [("Q4_K", s["qkv"], d), ("Q4_K", d, d), ("Q4_K", 2 * f, d), ("Q6_K", d, f)]
-    return [g.matrix_codes([(kind, random_blocks(kind, n, k, seed + i), n, k)]) for i, (kind, n, k) in enumerate(mats)]
+    return [(kind, random_blocks(kind, n, k, seed + i), n, k) for i, (kind, n, k) in enumerate(mats)]
+
+
+def as_codes(blocks: tuple, variant: str):
+    """A matrix's blocks as codes_mm's Codes, or as q8_mm's RawCodes for an `int8-...` variant."""
+    if variant.startswith("int8-"):
+        return q8.matrix_raw([(*blocks, None)])._replace(variant=variant.removeprefix("int8-"))
+    return g.matrix_codes([blocks])._replace(variant=variant)
+
+
+def product(c):
+    return q8.q8_mm if isinstance(c, q8.RawCodes) else g.codes_mm
 
 
 def timed(fn, reps: int) -> float:
@@ -45,13 +58,12 @@ def timed(fn, reps: int) -> float:
     return best
 
 
-def layers_pass(v: str, mats: list, packed: list, xs: tuple):
-    """One pass over the layers' products by variant v (or oneDNN's packed copies): a function to time."""
+def layers_pass(cs: list, xs: tuple):
+    """One pass over the layers' products (Codes, RawCodes, or oneDNN's packed copies): a function to time."""
     from core.runtime.weights import packed_mm
-    if v == "packed":
-        return lambda: [packed_mm(xs[i % 4 == 3], w) for i, w in enumerate(packed)]
-    cs = [c._replace(variant=v) for c in mats]
-    return lambda: [g.codes_mm(xs[i % 4 == 3], c) for i, c in enumerate(cs)]
+    if isinstance(cs[0], torch.Tensor):
+        return lambda: [packed_mm(xs[i % 4 == 3], w) for i, w in enumerate(cs)]
+    return lambda: [product(c)(xs[i % 4 == 3], c) for i, c in enumerate(cs)]
 
 
 def main(argv=None):
@@ -66,27 +78,30 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     s = SHAPES[a.shape]
     variants = [v for v in isa.codes_variants() if v not in ("none", "amx")] + \
-        (["amx"] if "amx" in isa.codes_variants() else [])
-    mats = [c for i in range(a.layers) for c in layer_codes(s, 10 * i)]
-    head = g.matrix_codes([("Q6_K", random_blocks("Q6_K", s["vocab"], s["d"], 999), s["vocab"], s["d"])])
-    packed = []
+        (["amx"] if "amx" in isa.codes_variants() else []) + [f"int8-{v}" for v in isa.q8_variants()]
+    blocks = [b for i in range(a.layers) for b in layer_blocks(s, 10 * i)]
+    head_blocks = ("Q6_K", random_blocks("Q6_K", s["vocab"], s["d"], 999), s["vocab"], s["d"])
+    mats = {v: [as_codes(b, v) for b in blocks] for v in variants}
+    heads = {v: as_codes(head_blocks, v) for v in variants}
     if a.packed:
         from core.runtime.fast import pack
-        packed = [pack(g.decode(c._replace(variant=variants[0]))) for c in mats]
+        mats["packed"] = [pack(g.decode(c)) for c in mats[variants[0]]]
+        heads["packed"] = heads[variants[0]]
     scale = s["layers"] / a.layers
-    layer_bytes = sum(c.nbytes for c in mats)
+    layer_bytes, head = sum(c.nbytes for c in mats[variants[0]]), heads[variants[0]]
     from core.experiments.bandwidth import read_gbs
     print(f"{a.shape}: {a.layers} distinct layers ({layer_bytes / 1e6:.0f} MB of codes), scaled to {s['layers']}; "
           f"head {head.nbytes / 1e6:.0f} MB; {a.threads} threads; variants {variants}; shared machine")
     print(f"{'rows':>4} {'variant':<12} {'layers ms':>10} {'head ms':>8} {'total ms':>9} {'codes GB/s':>10}")
     for m in a.rows:
         xs = (torch.randn(m, s["d"]).bfloat16(), torch.randn(m, s["ffn"]).bfloat16())  # inputs of d / of the down proj
-        for v in variants + (["packed"] if packed else []):
-            t_layers = timed(layers_pass(v, mats, packed, xs), a.reps) * scale
-            hv = head._replace(variant=v if v != "packed" else variants[0])
-            t_head = timed(lambda: g.codes_mm(xs[0], hv), a.reps)  # noqa: B023 (timed at once)
+        for v in mats:
+            t_layers = timed(layers_pass(mats[v], xs), a.reps) * scale
+            hv = heads[v]
+            t_head = timed(lambda: product(hv)(xs[0], hv), a.reps)  # noqa: B023 (timed at once)
             total = t_layers + t_head
-            gbs = (layer_bytes * scale + head.nbytes) / total / 1e9 if v != "packed" else float("nan")
+            read = sum(c.nbytes for c in mats[v]) * scale + hv.nbytes if v != "packed" else float("nan")
+            gbs = read / total / 1e9
             print(f"{m:>4} {v:<12} {1e3 * t_layers:>10.1f} {1e3 * t_head:>8.1f} {1e3 * total:>9.1f} {gbs:>10.1f}",
                   flush=True)
     print(f"read bandwidth now: {read_gbs():.1f} GB/s")

@@ -41,7 +41,7 @@ def target_of(pipe, name: str):
         return make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes=False))
     if name == "int8":
         runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="int8"))
-        assert runner.codes_variant == gguf_q8.LABEL, (name, runner.codes_variant)
+        assert gguf_q8.is_label(runner.codes_variant), (name, runner.codes_variant)
         return runner
     with capped(name.removeprefix("codes-")):
         runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="bf16"))

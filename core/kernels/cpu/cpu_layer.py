@@ -4,7 +4,7 @@ cached by source + compiler + CPU, loaded with ctypes. Their torch reference is 
 model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
 gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
-(`q8_mm`, AVX2: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py).
+(`q8_mm`, AVX2 / AVX-VNNI / AVX512-VNNI: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py).
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c")]
+HEADERS = [Path(__file__).with_name("gguf_q8_dot.h")]  # included by gguf_q8.c: part of the build's key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {
@@ -33,7 +34,7 @@ SIGNATURES = {
     "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
-    "q8_mm": [P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
+    "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
 }
 INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
 _why = []
@@ -56,7 +57,7 @@ def build(cc: str = "cc") -> Path:
     """Compile SOURCES for this CPU (-march=native) into one library in the cache; the
     cached .so when it exists."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES) + version.encode() + cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES + HEADERS) + version.encode() + cpu_id().encode()).hexdigest()[:16]
     out = cache_dir() / f"cpu_layer-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,7 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_ok"):
+    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     return so
 

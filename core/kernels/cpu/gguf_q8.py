@@ -1,4 +1,5 @@
-"""A GGUF model's matrices kept as their raw blocks, for `q8_mm` (gguf_q8.c, AVX2): llama.cpp's arithmetic, each row
+"""A GGUF model's matrices kept as their raw blocks, for `q8_mm` (gguf_q8.c; AVX2, AVX-VNNI or AVX512-VNNI, the same
+floats on each: isa.q8_variant): llama.cpp's arithmetic, each row
 of the input quantized to int8 and every block an integer dot product, for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K /
 Q6_K (everything the shipped GGUFs hold).
 
@@ -8,7 +9,6 @@ own input row only, so verify rows equal 1-token passes bit for bit. `matrix_raw
 fused matrix holds (q|k|v, gate|up), rows in the order the converted model holds them (transformers un-permutes a
 llama GGUF's q / k rows); `matches` checks rows of every part against the model's weights.
 """
-import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +22,6 @@ BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
          "Q4_K": (256, 144), "Q6_K": (256, 210)}  # (inputs, bytes) per block of the types q8_mm multiplies
 TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
-LABEL = "avx2-int8"
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
 
 
@@ -35,6 +34,7 @@ class RawCodes(NamedTuple):
     raw: torch.Tensor    # uint8
     kinds: int           # bit 0: some rows are K types, bit 1: some are 32-input types
     parts: tuple = ()    # ((kind, first row, rows), ...) for `matches`
+    variant: str = ""    # the q8_mm variant that multiplies them (isa.Q8), fixed at load; "" = isa.q8_variant()
 
     @property
     def nbytes(self) -> int:
@@ -42,7 +42,7 @@ class RawCodes(NamedTuple):
 
     @property
     def label(self) -> str:
-        return LABEL
+        return isa.Q8[self.variant or isa.q8_variant()][1]
 
 
 def row_bytes(kind: str, k: int) -> int:
@@ -75,29 +75,29 @@ def matrix_raw(parts: list) -> RawCodes:
     kinds = (1 if any(p[0] in K_TYPES for p in parts) else 0) | (2 if any(p[0] not in K_TYPES for p in parts) else 0)
     raw = np.concatenate([r.reshape(-1) for r in rows])
     return RawCodes(at, k, torch.from_numpy(np.concatenate(types)), torch.from_numpy(off), torch.from_numpy(raw),
-                    kinds, tuple(spans))
+                    kinds, tuple(spans), isa.q8_variant())
 
 
 def available() -> bool:
     """Whether q8_mm runs here: the library is built, the CPU has AVX2 + FMA and SPECLENS_CPU_ISA allows avx2."""
-    return built() and isa.allowed("avx2")
+    return bool(isa.q8_variant())
 
 
-@functools.cache
-def built() -> bool:
-    lib = cpu_layer.lib()
-    return lib is not None and bool(lib.q8_ok())
+def is_label(label: str) -> bool:
+    """Whether a runtime's codes label names a q8_mm variant."""
+    return label in {lab for _, lab in isa.Q8.values()}
 
 
 def q8_mm(x, c: RawCodes):
     """x [m, k] @ the matrix^T -> fp32 [m, n]; each row the same whatever m is."""
     if x.shape[0] < 1 or x.shape[1] != c.k:
         raise ValueError(f"q8_mm: x [{x.shape[0]}, {x.shape[1]}] needs rows of {c.k} inputs")
-    if not available():
-        raise RuntimeError("q8_mm: no AVX2 kernel here (core/kernels/cpu/isa.py)")
+    v = c.variant or isa.q8_variant()
+    if v not in isa.q8_variants():
+        raise RuntimeError(f"q8_mm: no {v or 'AVX2'} kernel here (variants here: {', '.join(isa.q8_variants()) or 'none'})")
     x = x.float().contiguous()
     y = torch.empty(x.shape[0], c.n)
-    cpu_layer.lib().q8_mm(x.data_ptr(), x.shape[0], c.k, c.n, c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(),
+    cpu_layer.lib().q8_mm(isa.Q8[v][0], x.data_ptr(), x.shape[0], c.k, c.n, c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(),
                           c.kinds, y.data_ptr(), torch.get_num_threads())
     return y
 

@@ -2,6 +2,8 @@
 
 - amx     codes_mm on AMX-BF16 tiles (gguf_mm.c)
 - avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
+          q8_mm's integer dots on AVX512-VNNI (`vpdpwssd` / `vpdpbusd`)
+- avxvnni q8_mm on AVX-VNNI (the same VNNI dots, VEX-encoded: Intel laptops since Alder Lake); codes as avx2
 - avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights); q8_mm (gguf_q8.c: int8 activations on the
           raw GGUF blocks, llama.cpp's arithmetic), which SPECLENS_GGUF_MATH=auto picks where avx2 is the best variant
 - none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
@@ -13,8 +15,9 @@ import os
 from core.errors import SpecError
 from core.kernels.cpu import cpu_layer
 
-ORDER = ("amx", "avx512", "avx2", "none")  # best first
-LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}
+ORDER = ("amx", "avx512", "avxvnni", "avx2", "none")  # best first
+LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}  # codes_mm's
+Q8 = {"avx512": (2, "avx512-vnni-int8"), "avxvnni": (1, "avx-vnni-int8"), "avx2": (0, "avx2-int8")}  # q8_mm's: id, label
 ENV = "SPECLENS_CPU_ISA"
 
 
@@ -24,7 +27,7 @@ def codes_variants() -> tuple:
     lib = cpu_layer.lib()
     bits = lib.codes_isa() if lib is not None else 0
     have = {"amx": cpu_layer.amx_ok(), "avx512": bool(bits & 2), "avx2": bool(bits & 1), "none": True}
-    return tuple(v for v in ORDER if have[v])
+    return tuple(v for v in ORDER if have.get(v))
 
 
 def cap() -> str:
@@ -38,6 +41,19 @@ def cap() -> str:
 def allowed(variant: str) -> bool:
     """Whether the cap lets `variant` run (it may still be missing here: see codes_variants)."""
     return ORDER.index(variant) >= ORDER.index(cap())
+
+
+@functools.cache
+def q8_variants() -> tuple:
+    """The q8_mm variants this CPU and build run, best first (none where it lacks AVX2 + FMA)."""
+    lib = cpu_layer.lib()
+    bits = lib.q8_isa() if lib is not None else 0
+    return tuple(v for v, (i, _) in Q8.items() if bits >> i & 1)
+
+
+def q8_variant() -> str:
+    """The q8_mm variant that runs: the best one here that the cap allows ("" where none runs)."""
+    return next((v for v in q8_variants() if allowed(v)), "")
 
 
 def codes_variant() -> str:

@@ -1,0 +1,203 @@
+/* q8_mm's per-block dot products, included once per instruction set by gguf_q8.c with
+ *   FN / INL     the function attributes (target ISA), N(f) the function's name in this variant,
+ *   DPWSSD(a, p, s)  a + pairs of i16 p · s summed into i32 (vpmaddwd + vpaddd, or VNNI's vpdpwssd),
+ *   DPBUSD(q, x)     sums of 4 u8 q · s8 x into i32 (vpmaddubsw + vpmaddwd by 1, or VNNI's vpdpbusd),
+ *   WIDE         (defined or not) a superblock's K-type dots in zmm registers, two vectors of 32 codes at a time.
+ * The integer sums are exact either way (vpmaddubsw cannot saturate on these codes: |q| ≤ 63, |x| ≤ 127), and every
+ * variant scales and adds them in fp32 in the same order, so the variants give the same floats bit for bit.
+ */
+INL float N(f16)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INL float N(hsum)(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INL __m256i N(nibbles32)(const uint8_t *p) { /* 16 bytes -> 32 codes: low nibbles (inputs 0..15), then high ones */
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
+}
+
+INL __m256i N(bits32)(const uint8_t *p) { /* 32 bits -> 32 bytes 0x10 where the bit is set (input i: bit i) */
+    uint32_t v;
+    memcpy(&v, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+/* Σ_j s16_j · (q_j · x_j) over a superblock's 8 vectors of 32 codes q (u8) and inputs x (s8), per i32 lane of 8;
+ * with WIDE (AVX-512) two vectors j, j + 1 per zmm, whose halves are added at the end: the same exact integers */
+#ifdef WIDE
+typedef struct { __m512i q[4], s[4]; } N(Wq);
+
+INL void N(widen)(const __m256i q[8], const __m256i s16[8], N(Wq) *w) {
+    for (int j = 0; j < 4; j++) {
+        w->q[j] = _mm512_inserti64x4(_mm512_castsi256_si512(q[2 * j]), q[2 * j + 1], 1);
+        w->s[j] = _mm512_inserti64x4(_mm512_castsi256_si512(s16[2 * j]), s16[2 * j + 1], 1);
+    }
+}
+
+INL __m256i N(scaled_dot)(const N(Wq) *w, const int8_t *xq) {
+    __m512i s = _mm512_setzero_si512();
+    for (int j = 0; j < 4; j++)
+        s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(w->q[j], _mm512_loadu_si512(xq + 64 * j)), w->s[j]);
+    return _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+}
+#else
+typedef struct { __m256i q[8], s[8]; } N(Wq);
+
+INL void N(widen)(const __m256i q[8], const __m256i s16[8], N(Wq) *w) {
+    for (int j = 0; j < 8; j++) w->q[j] = q[j], w->s[j] = s16[j];
+}
+
+INL __m256i N(scaled_dot)(const N(Wq) *w, const int8_t *xq) {
+    __m256i s = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++)
+        s = DPWSSD(s, _mm256_maddubs_epi16(w->q[j], _mm256_loadu_si256((const __m256i *)(xq + 32 * j))), w->s[j]);
+    return s;
+}
+#endif
+
+/* Q4_K: 144-byte superblocks (d, dmin fp16; 12 bytes of 6-bit sc, m; 128 bytes of nibbles) */
+INL __m128i N(scale_min_k4)(const uint8_t *q) { /* 16 bytes: sc[0..7], m[0..7] (llama.cpp's unpacking of the 12 bytes) */
+    uint32_t u[4];
+    memcpy(u, q, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    uint32_t m_lo = u[1] & k1;
+    u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+    u[2] = m_lo;
+    u[0] &= k1;
+    return _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+}
+
+INL __m256i N(lane_word)(__m256i v, int j) { /* 16-bit element j of each 128-bit lane of v, in every element */
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)((2 * j + 1) << 8 | 2 * j)));
+}
+
+INL void N(dot_q4k)(const int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m256 acc[RB];
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *b = w + 144 * sb;
+        float d = N(f16)(b), dmin = N(f16)(b + 2);
+        __m128i sm = N(scale_min_k4)(b + 4);
+        __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));              /* sc as i16, both lanes */
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));               /* m0 m0 m1 m1 .. m7 m7 */
+        __m256i q[8], s16[8];
+        N(Wq) wq;
+        for (int g = 0; g < 4; g++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * g));
+            q[2 * g] = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+            q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        }
+        for (int j = 0; j < 8; j++) s16[j] = N(lane_word)(sc, j);
+        N(widen)(q, s16, &wq);
+        for (int i = r0; i < r0 + R; i++) {
+            const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb;
+            __m256i s = N(scaled_dot)(&wq, xq);
+            __m256i mb = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)(a->bs16 + (size_t)i * (k / 16) + 16 * sb)));
+            float dx = a->d256[(size_t)i * nsb + sb];
+            acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * dx), acc[i - r0]);
+            acc[i - r0] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mb), _mm256_set1_ps(dmin * dx), acc[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) y[(size_t)i * n] = N(hsum)(acc[i - r0]);
+}
+
+/* Q6_K: 210-byte superblocks (128 bytes low nibbles, 64 bytes high 2-bit pairs, 16 int8 scales, d fp16) */
+INL void N(dot_q6k)(const int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m256 acc[RB];
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *b = w + 210 * sb;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = N(f16)(b + 208);
+        __m256i q[8], s16[8];
+        N(Wq) wq;
+        for (int h = 0; h < 2; h++) {  /* inputs 128h + 32t + l: q_t (t = 0..3) */
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+            q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+            __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sc + 8 * h))));
+            for (int t = 0; t < 4; t++)  /* 16 inputs per scale: sc[8h + 2t] in the low lane, sc[8h + 2t + 1] in the high */
+                s16[4 * h + t] = _mm256_shuffle_epi8(sch, _mm256_set_m128i(_mm_set1_epi16((short)((4 * t + 3) << 8 | (4 * t + 2))),
+                                                                           _mm_set1_epi16((short)((4 * t + 1) << 8 | 4 * t))));
+        }
+        __m256i scs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        N(widen)(q, s16, &wq);
+        for (int i = r0; i < r0 + R; i++) {
+            const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb;
+            __m256i s = N(scaled_dot)(&wq, xq);
+            __m256i off = _mm256_madd_epi16(scs, _mm256_loadu_si256((const __m256i *)(a->bs16 + (size_t)i * (k / 16) + 16 * sb)));
+            s = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+            float dx = a->d256[(size_t)i * nsb + sb];
+            acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * dx), acc[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) y[(size_t)i * n] = N(hsum)(acc[i - r0]);
+}
+
+/* the 32-input types: codes as u8 (signed: Q8_0), scale d, offset (w = d·q + off, off per block) */
+INL int N(block_size)(int type) {
+    return type == Q4_0 ? 18 : type == Q4_1 ? 20 : type == Q5_0 ? 22 : type == Q5_1 ? 24 : 34;
+}
+
+INL __m256i N(codes32)(int type, const uint8_t *b, float *d, float *off) {
+    *d = N(f16)(b);
+    switch (type) {
+    case Q4_0: *off = -8.f * *d; return N(nibbles32)(b + 2);
+    case Q4_1: *off = N(f16)(b + 2); return N(nibbles32)(b + 4);
+    case Q5_0: *off = -16.f * *d; return _mm256_or_si256(N(nibbles32)(b + 6), N(bits32)(b + 2));
+    case Q5_1: *off = N(f16)(b + 2); return _mm256_or_si256(N(nibbles32)(b + 8), N(bits32)(b + 4));
+    default: *off = 0.f; return _mm256_loadu_si256((const __m256i *)(b + 2));
+    }
+}
+
+INL void N(dot_b32)(const int R, int type, const uint8_t *w, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nb = k / 32, bs = N(block_size)(type);
+    __m256 acc[RB][2];  /* even, odd blocks */
+    float acc_off[RB];
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps(), acc_off[i] = 0.f;
+    for (int blk = 0; blk < nb; blk++) {
+        float d, off;
+        __m256i q = N(codes32)(type, w + (size_t)bs * blk, &d, &off);
+        __m256i aq = type == Q8_0 ? _mm256_sign_epi8(q, q) : q;
+        for (int i = r0; i < r0 + R; i++) {
+            size_t at = (size_t)i * (k / 32) + blk;
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(a->q32 + (size_t)i * k + 32 * blk));
+            if (type == Q8_0) xq = _mm256_sign_epi8(xq, q);
+            __m256i p = DPBUSD(aq, xq);
+            float dx = a->d32[at];
+            acc[i - r0][blk & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * dx), acc[i - r0][blk & 1]);
+            if (type != Q8_0) acc_off[i - r0] = fmaf(off * dx, (float)a->s32[at], acc_off[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) y[(size_t)i * n] = N(hsum)(_mm256_add_ps(acc[i - r0][0], acc[i - r0][1])) + acc_off[i - r0];
+}
+
+/* one output's dot products with rows r0 .. r0 + R, R a constant in each case (accumulators in registers) */
+FN static void N(dot)(int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
+    #define D(r) case r: { if (type == Q4_K) N(dot_q4k)(r, w, a, r0, y, n); \
+                           else if (type == Q6_K) N(dot_q6k)(r, w, a, r0, y, n); \
+                           else if (type == Q8_0) N(dot_b32)(r, Q8_0, w, a, r0, y, n); \
+                           else if (type == Q4_1) N(dot_b32)(r, Q4_1, w, a, r0, y, n); \
+                           else if (type == Q5_0) N(dot_b32)(r, Q5_0, w, a, r0, y, n); \
+                           else N(dot_b32)(r, type, w, a, r0, y, n); } break;
+    switch (R) { D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) }
+    #undef D
+}
+
