@@ -188,3 +188,15 @@ def test_an_unknown_products_setting_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "fp8")
     with pytest.raises(SpecError, match="SPECLENS_GGUF_MATH='fp8': use one of auto, bf16, int8"):
         codes_math(FastConfig())
+
+
+@pytest.mark.parametrize("cap", isa.ORDER)
+def test_auto_runs_the_bf16_codes_on_amx_and_int8_blocks_elsewhere(monkeypatch, cap):
+    from core.runtime.config import FastConfig
+    from core.runtime.weights import codes_math
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "auto")
+    monkeypatch.setenv(isa.ENV, cap)
+    variant, int8 = isa.codes_variant(), "int8" if q8.available() else ""
+    bf16, fp32 = codes_math(FastConfig(), torch.bfloat16), codes_math(FastConfig(), torch.float32)
+    expected = {"amx": ("bf16", ""), "avx512": (int8, ""), "avx2": (int8, int8), "none": ("", "")}[variant]
+    assert (bf16, fp32) == expected

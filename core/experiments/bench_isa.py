@@ -1,8 +1,8 @@
 """python -m core.experiments.bench_isa: a GGUF target's decoding per CPU kernel variant, side by side in one process.
 
 One target model, one runner per variant: `codes-avx512` / `codes-avx2` / `codes-amx` (its products on its GGUF's bf16
-codes, SPECLENS_CPU_ISA capped to that variant while the runner is built; a bf16 model), `int8` (its GGUF's blocks with
-int8 activations, AVX2: core/kernels/cpu/gguf_q8.py), `packed` (oneDNN's packed bf16 copy), beside
+codes, SPECLENS_CPU_ISA capped to that variant while the runner is built; a bf16 model), `int8-avx512` / `int8-avxvnni` /
+`int8-avx2` (its GGUF's blocks with int8 activations, core/kernels/cpu/gguf_q8.py, capped likewise), `packed` (oneDNN's packed bf16 copy), beside
 transformers' `generate` (`hf`). Per prompt, interleaved: each variant's plain decoding (ar) and, with --spec, the
 speculative method on the pair (compared with that variant's own plain decoding) (the drafter shared, built under the uncapped ISA). Then per variant the ms of a 1-token
 step and of a verify-sized forward (the target's draft tree + 1 rows) after the prompt. Ratios only: a shared machine.
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from core.config import SpecConfig
-from core.kernels.cpu import gguf_q8, isa
+from core.kernels.cpu import isa
 from core.models import draft_defaults
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
@@ -39,9 +39,10 @@ def target_of(pipe, name: str):
     from core.runtime.fast import make_runner
     if name == "packed":
         return make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes=False))
-    if name == "int8":
-        runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="int8"))
-        assert gguf_q8.is_label(runner.codes_variant), (name, runner.codes_variant)
+    if name.startswith("int8-"):
+        with capped(name.removeprefix("int8-")):
+            runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="int8"))
+        assert runner.codes_variant == isa.Q8[name.removeprefix("int8-")][1], (name, runner.codes_variant)
         return runner
     with capped(name.removeprefix("codes-")):
         runner = make_runner(pipe.model, pipe.tokenizer, "auto", FastConfig(codes_math="bf16"))
@@ -74,8 +75,8 @@ def parse(argv):
     p = argparse.ArgumentParser(prog="python -m core.experiments.bench_isa", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b-instruct")
-    p.add_argument("--variants", default=None, help="comma list of codes-amx, codes-avx512, codes-avx2, packed, hf "
-                                                    "(default: every codes variant here, packed, hf)")
+    p.add_argument("--variants", default=None, help="comma list of codes-amx, codes-avx512, codes-avx2, int8-avx512, "
+                   "int8-avxvnni, int8-avx2, packed, hf (default: every codes and int8 variant here, packed, hf)")
     p.add_argument("--spec", default="nanospec", help="speculative method run on each variant ('' for none)")
     p.add_argument("--categories", default=None)
     p.add_argument("--limit", type=int, default=1)
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     base = Pipeline.load(a.model, draft=a.draft)
     bf16 = base.model.dtype == torch.bfloat16  # the bf16 codes multiply a bf16 model's own weights
-    here = [f"codes-{v}" for v in isa.codes_variants() if v != "none" and bf16] + ["int8"] * gguf_q8.available()
+    here = [f"codes-{v}" for v in isa.codes_variants() if v != "none" and bf16] + [f"int8-{v}" for v in isa.q8_variants()]
     names = [v.strip() for v in a.variants.split(",")] if a.variants else here + ["packed", "hf"]
     pipes = {v: base if v == "hf" else pipeline_of(base, target_of(base, v)) for v in names}
     prompts = select_prompts(argparse.Namespace(prompts=None, categories=a.categories, limit=a.limit))

@@ -261,15 +261,17 @@ CODES_MATH = ("auto", "bf16", "int8")
 
 
 def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
-    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes where AMX /
-    AVX512-BF16 run them (isa.codes_variant) and the model is bf16 (an fp32 model there keeps its fp32 products);
-    int8 where AVX2 is the best variant allowed."""
+    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes on AMX
+    (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing); int8 where AVX2 is the best codes
+    variant, and for a bf16 model on AVX512-BF16 without AMX, where q8_mm's VNNI products are faster than the bf16
+    codes at 1 and at 9 rows (docs/runtime.md); an fp32 model on AMX / AVX512-BF16 keeps its fp32 products."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
     variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16
-    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant in ("amx", "avx512")):
+    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant == "amx"):
         return "bf16" if variant != "none" and bf16 else ""
-    return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or variant == "avx2") else ""
+    auto_int8 = variant == "avx2" or (variant == "avx512" and bf16)
+    return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or auto_int8) else ""
 
 
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:

@@ -8,7 +8,8 @@
  *   Q4_0 / Q5_0  w = d·(q − 8 | 16)         Σ = d·dx·(q·qx − (8 | 16)·Σqx)
  *   Q4_1 / Q5_1  w = d·q + m                Σ = d·dx·q·qx + m·dx·Σqx
  * Row-stable: a row's quantization depends on that row alone, each (row, output) dot product is one thread's fixed
- * sequence of operations (outputs split over threads, rows taken RB at a time by the same loop whatever m is), so a
+ * sequence of operations (outputs split over threads, rows taken up to RB at a time, each row's operations the same in
+ * any pass), so a
  * tree's verify rows equal 1-token passes bit for bit, at any thread count.
  */
 #include <math.h>
@@ -17,7 +18,7 @@
 #include <string.h>
 
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };  /* ggml's type ids */
-#define RB 8   /* rows per pass over one output's blocks */
+#define RB 16  /* most rows per pass over one output's blocks (a verify's tree + 1 fits one pass) */
 #define OB 8   /* outputs per scheduling unit */
 
 typedef struct {
@@ -118,6 +119,7 @@ static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, in
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
            const uint8_t *raw, int kinds, float *y, int threads) {
     Act a = {k, NULL, NULL, NULL, NULL, NULL, NULL};
+    int passes = (m + RB - 1) / RB, per_pass = (m + passes - 1) / passes;  /* even passes: 17 rows = 9 + 8 */
     if (kinds & 1) {
         a.q256 = malloc((size_t)m * k), a.d256 = malloc((size_t)m * (k / 256) * 4), a.bs16 = malloc((size_t)m * (k / 16) * 2);
     }
@@ -130,10 +132,10 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         for (int i = 0; i < m; i++) quant_row(x + (size_t)i * k, &a, i);
         #pragma omp for schedule(static)
         for (int o0 = 0; o0 < n; o0 += OB)
-            for (int r0 = 0; r0 < m; r0 += RB)
+            for (int r0 = 0; r0 < m; r0 += per_pass)
                 for (int o = o0; o < o0 + OB && o < n; o++) {
                     if (r0 == 0) ahead(raw + off[o], o + 1 < n ? off[o + 1] - off[o] : 0);
-                    dot(variant, types[o], r0 + RB < m ? RB : m - r0, raw + off[o], &a, r0, y + o, n);
+                    dot(variant, types[o], r0 + per_pass < m ? per_pass : m - r0, raw + off[o], &a, r0, y + o, n);
                 }
     }
     free(a.q256), free(a.d256), free(a.bs16), free(a.q32), free(a.d32), free(a.s32);

@@ -197,7 +197,7 @@ FN static void N(dot)(int type, int R, const uint8_t *w, const Act *a, int r0, f
                            else if (type == Q4_1) N(dot_b32)(r, Q4_1, w, a, r0, y, n); \
                            else if (type == Q5_0) N(dot_b32)(r, Q5_0, w, a, r0, y, n); \
                            else N(dot_b32)(r, type, w, a, r0, y, n); } break;
-    switch (R) { D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) }
+    switch (R) { D(1) D(2) D(3) D(4) D(5) D(6) D(7) D(8) D(9) D(10) D(11) D(12) D(13) D(14) D(15) D(16) }
     #undef D
 }
 
