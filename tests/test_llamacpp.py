@@ -105,6 +105,22 @@ class CharTokenizer:
         return [ord(c) for c in text]
 
 
+def test_a_tool_that_crashes_with_repacked_weights_is_rerun_once_without_and_says_so(tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\ncase "$*" in *--no-repack*) echo generated; exit 0;; esac\nkill -SEGV $$\n')
+    tool.chmod(0o755)
+    out, _, repacked = llamacpp_run.with_fallback([str(tool), "-m", "x.gguf"])
+    assert (out, repacked) == ("generated\n", False)
+
+
+def test_a_tool_that_fails_without_a_signal_is_not_rerun(tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\necho "bad model" >&2\nexit 1\n')
+    tool.chmod(0o755)
+    with pytest.raises(SpecError, match="tool exit 1: bad model"):
+        llamacpp_run.with_fallback([str(tool)])
+
+
 def test_agreement_counts_our_leading_tokens_that_the_peer_text_repeats():
     ours = [ord(c) for c in "hello world"]
     assert llamacpp_run.agreement(CharTokenizer(), ours, "hello there") == 6

@@ -113,7 +113,8 @@ def table(rows: list, names: list) -> list:
                     "tau": round(a["mean_accept_len"], 2) if traced else "",
                     "coverage": round(a["coverage"], 3) if traced else "",
                     "mean_active": round(a["mean_active_vocab"]) if traced else "",
-                    "identical": f"{a['identical']}/{len(g)}" if v != "ar" else ""})
+                    "identical": f"{a['identical']}/{len(g)}" if v != "ar" else "",
+                    "no_repack": sum(r.get("repacked") is False for r in g) if v.startswith("llamacpp") else ""})
     return out
 
 

@@ -79,7 +79,7 @@ def peer_row(pipe, prompt, name: str, n: int, ar_records, threads: int | None = 
     row = {"variant": name, "new_tokens": run.new_tokens, "wall_s": run.prompt_s + run.decode_s,
            "decode_tokens": run.decode_tokens, "decode_s": run.decode_s, "identical": None, "agree": None,
            "prompt_ids_equal": run.prompt_ids == ids if run.prompt_ids else None,
-           "drafted": run.drafted, "accepted": run.accepted, "text": run.text}
+           "drafted": run.drafted, "accepted": run.accepted, "repacked": run.repacked, "text": run.text}
     if ar_records is not None:
         ours = tokens_of(ar_records)
         want = pipe.tokenizer.decode(ours, skip_special_tokens=True)
@@ -127,6 +127,7 @@ def table(rows: list, names: list) -> list:
                     "identical": f"{sum(r['identical'] for r in judged)}/{len(judged)}" if judged else "",
                     "agree_tokens": sum(r["agree"] for r in judged) if judged else "",
                     "prompt_ids_equal": sum(bool(r.get("prompt_ids_equal")) for r in g) if v != "ar" else "",
+                    "no_repack": sum(r.get("repacked") is False for r in g) if v != "ar" else "",
                     "max_split_margin": max((r["split_margin"] for r in g if r.get("split_margin") is not None),
                                             default="")})
     return out

@@ -6,7 +6,7 @@ the command line; `--verbose-prompt` shows llama.cpp's own tokenization of it, c
 import json
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core.errors import SpecError
@@ -23,6 +23,7 @@ class PeerRun:
     prompt_ids: list = field(default_factory=list)  # llama.cpp's tokenization of the prompt ([] if not printed)
     drafted: int = 0                # speculative only
     accepted: int = 0
+    repacked: bool = True           # False: rerun with --no-repack after a crash (`with_fallback`)
 
     @property
     def decode_tps(self) -> float:
@@ -102,6 +103,10 @@ def parse_bench(stdout: str) -> dict:
     return {f"tg{r['n_gen']}" if r["n_gen"] else f"pp{r['n_prompt']}": r["avg_ts"] for r in rows}
 
 
+class Crashed(SpecError):
+    """A llama.cpp tool killed by a signal."""
+
+
 def call(args: list, timeout: float = 600) -> tuple[str, str]:
     """(stdout, stderr) of a llama.cpp tool; SpecError with its last stderr lines if it fails."""
     try:
@@ -111,16 +116,28 @@ def call(args: list, timeout: float = 600) -> tuple[str, str]:
         raise SpecError(f"{Path(args[0]).name} ran past {timeout:.0f} s") from None
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-        raise SpecError(f"{Path(args[0]).name} exit {done.returncode}: {tail}")
+        raise (Crashed if done.returncode < 0 else SpecError)(f"{Path(args[0]).name} exit {done.returncode}: {tail}")
     return done.stdout, done.stderr
 
 
+def with_fallback(args: list) -> tuple[str, str, bool]:
+    """(stdout, stderr, repacked): on an AMX Xeon, llama-completion and llama-speculative-simple of this llama.cpp
+    crash (SIGSEGV as the thread pool starts) with their weights repacked for the CPU's extra kernels, while
+    llama-bench runs them; such a run is repeated once with --no-repack (llama.cpp's generic CPU kernels), and says so."""
+    try:
+        return *call(args), True
+    except Crashed:
+        return *call(args + ["--no-repack"]), False
+
+
 def complete(gguf: Path, prompt: str, n: int, threads: int) -> PeerRun:
-    return parse_completion(*call(completion_args(gguf, prompt, n, threads)))
+    out, log, repacked = with_fallback(completion_args(gguf, prompt, n, threads))
+    return replace(parse_completion(out, log), repacked=repacked)
 
 
 def speculate(gguf: Path, draft: Path, prompt: str, n: int, threads: int, draft_max: int) -> PeerRun:
-    return parse_speculative(*call(speculative_args(gguf, draft, prompt, n, threads, draft_max)), prompt)
+    out, log, repacked = with_fallback(speculative_args(gguf, draft, prompt, n, threads, draft_max))
+    return replace(parse_speculative(out, log, prompt), repacked=repacked)
 
 
 def bench_tg(gguf: Path, n: int = 64, threads: int = 2, reps: int = 3) -> float:
