@@ -130,8 +130,9 @@ class FastRunner:
         self.config, self.device = model.config, self.head_weight.device
         self.exact_reason = exact_reason(self)  # '' when verify rows equal 1-token passes bit for bit
         used = [f.codes.label for f in [self.head_t] + [w[k] for w in self.layers for k in MATRICES] if f.codes]
-        self.on_codes, self.codes_variant = bool(used), used[0] if used else ""  # e.g. avx512-bf16, avx2-int8
-        self.codes_int8 = gguf_q8.is_label(self.codes_variant)
+        labels = sorted(set(used), key=used.index)  # e.g. ["amx-bf16"], ["avx2-int8"], ["amx-bf16", "avx512-vnni-int8"]
+        self.on_codes, self.codes_variant = bool(used), " + ".join(labels)
+        self.codes_int8 = any(gguf_q8.is_label(v) for v in labels)
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 

@@ -262,7 +262,8 @@ CODES_MATH = ("auto", "bf16", "int8")
 
 def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes on AMX
-    (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing); int8 where AVX2 is the best codes
+    (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing; the matrices of other types on their
+    int8 blocks: `auto_int8_rest`); int8 where AVX2 is the best codes
     variant, and for a bf16 model on AVX512-BF16 without AMX, where q8_mm's VNNI products are faster than the bf16
     codes at 1 and at 9 rows (docs/runtime.md); an fp32 model on AMX / AVX512-BF16 keeps its fp32 products."""
     if fc.codes_math not in CODES_MATH:
@@ -283,8 +284,17 @@ def codes_of(model, a: Arch, fc: FastConfig) -> dict:
         return gguf_q8.model_raw(path, a.n_layers, a.n_heads, a.n_kv)
     if math == "bf16":
         variant = isa.codes_variant()
-        return {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
+        bf16 = {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
+        rest = gguf_q8.model_raw(path, a.n_layers, a.n_heads, a.n_kv) if auto_int8_rest(fc) else {}
+        return rest | bf16
     return {}
+
+
+def auto_int8_rest(fc: FastConfig) -> bool:
+    """Whether auto multiplies the matrices that have no bf16 codes (Q4_1, Q5_0, Q8_0, ...: all of SmolLM2's) by their
+    int8 blocks beside the bf16 codes, rather than by the layout's copy of the weights: 1.9x on SmolLM2's decode on an
+    AMX Xeon (docs/runtime.md)."""
+    return fc.codes_math == "auto" and gguf_q8.available()
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:
