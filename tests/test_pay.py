@@ -48,3 +48,9 @@ def test_without_a_calibration_the_panel_names_the_command_or_the_measuring_unde
 
 def test_before_any_run_the_panel_invites_one():
     assert "Run a prompt" in pay_panel(None)
+
+
+def test_the_verdict_follows_the_measured_speedup_and_says_when_tau_disagrees():
+    r = pay_reason(report(), tau=1.07, speedup=1.04)
+    assert r.startswith("Speculation pays here") and "By τ it should lose" in r
+    assert "By τ" not in pay_reason(report(), tau=1.03, speedup=0.8)

@@ -19,9 +19,13 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
         verdict = "pays" if run["speedup"] >= PAYS_AT else "loses"
         return f"Predicted to {verdict[:-1]} here ({run['speedup']:.2f}×): {why}; predicted τ {run['tau']:.2f}."
     got = f"this run's drafts gave τ {tau:.2f}" + (f" ({speedup:.2f}× measured)" if speedup else "")
-    if tau >= be:
-        return f"Speculation pays here: {why}, and {got}."
-    return f"Speculation loses here: {why}, and {got}."
+    by_tau = tau >= be
+    pays = speedup >= PAYS_AT if speedup else by_tau
+    text = f"Speculation {'pays' if pays else 'loses'} here: {why}, and {got}."
+    if pays != by_tau:
+        text += (f" By τ it should {'gain' if by_tau else 'lose'}: the two timed runs differ by more than the costs "
+                 "predict, as timings on a busy or shared machine do.")
+    return text
 
 
 def _costs_line(cost: dict) -> str:
