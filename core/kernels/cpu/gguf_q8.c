@@ -9,8 +9,7 @@
  *   Q4_1 / Q5_1  w = d·q + m                Σ = d·dx·q·qx + m·dx·Σqx
  * Row-stable: a row's quantization depends on that row alone, each (row, output) dot product is one thread's fixed
  * sequence of operations (outputs split over threads, rows taken up to RB at a time, each row's operations the same in
- * any pass), so a
- * tree's verify rows equal 1-token passes bit for bit, at any thread count.
+ * any pass), so a tree's verify rows equal 1-token passes bit for bit, at any thread count.
  */
 #include <math.h>
 #include <stdint.h>
@@ -74,6 +73,8 @@ static void quant_row(const float *x, const Act *a, int i) {
 #undef DPWSSD
 #undef DPBUSD
 
+#if defined(__clang__) || __GNUC__ >= 11  /* AVX-VNNI: gcc 11, clang 12 */
+#define AVXVNNI_HERE() __builtin_cpu_supports("avxvnni")
 #define TARGET "avx2,fma,f16c,avxvnni"
 #define N(f) f##_avxvnni
 #define DPWSSD(a, p, s) _mm256_dpwssd_avx_epi32(a, p, s)
@@ -83,6 +84,10 @@ static void quant_row(const float *x, const Act *a, int i) {
 #undef N
 #undef DPWSSD
 #undef DPBUSD
+#else
+#define AVXVNNI_HERE() 0
+#define dot_avxvnni dot_avx2
+#endif
 
 #define TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
 #define N(f) f##_avx512
@@ -97,7 +102,7 @@ int q8_isa(void) {
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
         return 0;
-    return 1 | (__builtin_cpu_supports("avxvnni") ? 2 : 0) |
+    return 1 | (AVXVNNI_HERE() ? 2 : 0) |
            (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
             __builtin_cpu_supports("avx512bw") ? 4 : 0);
 }
