@@ -263,9 +263,9 @@ CODES_MATH = ("auto", "bf16", "int8")
 def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes on AMX
     (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing; the matrices of other types on their
-    int8 blocks: `auto_int8_rest`); int8 where AVX2 is the best codes
-    variant, and for a bf16 model on AVX512-BF16 without AMX, where q8_mm's VNNI products are faster than the bf16
-    codes at 1 and at 9 rows (docs/runtime.md); an fp32 model on AMX / AVX512-BF16 keeps its fp32 products."""
+    int8 blocks: `auto_int8_rest`); int8 where AVX2 is the best codes variant, and for a bf16 model on AVX512-BF16
+    without AMX, where q8_mm's VNNI products are faster than the bf16 codes at 1 and at 9 rows (docs/runtime.md); an
+    fp32 model on AMX / AVX512-BF16 keeps its fp32 products."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
     variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16

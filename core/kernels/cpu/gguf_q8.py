@@ -1,7 +1,6 @@
 """A GGUF model's matrices kept as their raw blocks, for `q8_mm` (gguf_q8.c; AVX2, AVX-VNNI or AVX512-VNNI, the same
-floats on each: isa.q8_variant): llama.cpp's arithmetic, each row
-of the input quantized to int8 and every block an integer dot product, for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K /
-Q6_K (everything the shipped GGUFs hold).
+floats on each: isa.q8_variant): llama.cpp's arithmetic, each row of the input quantized to int8 and every block an
+integer dot product, for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K (everything the shipped GGUFs hold).
 
 Unlike the bf16 codes (gguf_codes.py) these products are not the model's bf16 products: the activations lose ~0.4 %
 to int8 per block, as in llama.cpp. What stays exact is what losslessness rests on: each output row depends on its
