@@ -170,3 +170,25 @@ def test_the_built_completion_tool_reads_our_templated_prompt_as_our_ids_and_dec
     run = llamacpp_run.complete(source_gguf("smollm2-135m-instruct"), tok.decode(ids), 6, 2)
     assert run.prompt_ids == ids
     assert run.new_tokens == 6 and run.text.strip()
+
+
+def test_the_avx2_cap_takes_the_avx2_only_build_and_names_its_build_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    monkeypatch.setenv("SPECLENS_CPU_ISA", "avx2")
+    assert llamacpp_build.flavor() == "avx2"
+    with pytest.raises(SpecError, match=r"llama.cpp \(avx2 build\) is not built: .* build --flavor avx2"):
+        llamacpp_build.binary("llama-completion")
+    bin_dir = llamacpp_build.home(flavor="avx2") / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in llamacpp_build.TOOLS:
+        (bin_dir / tool).touch()
+    assert llamacpp_build.binary("llama-completion") == bin_dir / "llama-completion"
+    monkeypatch.setenv("SPECLENS_CPU_ISA", "avx512")
+    assert llamacpp_build.flavor() == "native"
+
+
+def test_the_avx2_build_turns_off_every_feature_above_avx2():
+    flags = llamacpp_build.FLAVORS["avx2"]
+    assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags
+    for feature in ("AVX512", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_INT8", "AMX_BF16"):
+        assert f"-DGGML_{feature}=OFF" in flags

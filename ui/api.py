@@ -1,6 +1,7 @@
 """The one named API endpoint, /generate: a prompt with default settings -> the run summary."""
 import gradio as gr
 
+import core.engine_thread as engine_thread
 from core.calibration import resolve_shape, shape_label
 from core.trace.live import run_to_end
 from ui.models import DEFAULT_KEY, GPU, load_pipeline
@@ -20,7 +21,7 @@ def generate(prompt: str, method: str = "nanospec", max_new_tokens: int = 64) ->
         cfg = make_config(method, *default_settings(getattr(pipe, "model_id", None)), n, 0.0, "auto",
                           vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
         cfg, shape_note = resolve_shape(pipe, cfg)
-        trace = run_to_end(pipe, prompt, cfg, max_seconds=RUN_MAX_SECONDS)
+        trace = engine_thread.call(run_to_end, pipe, prompt, cfg, max_seconds=RUN_MAX_SECONDS)
     except Exception as e:  # the traceback goes to the server log, the user gets one line
         raise gr.Error(error_message(e)) from None
     out = dict(trace["meta"]["summary"])

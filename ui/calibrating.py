@@ -6,8 +6,7 @@ import threading
 import time
 import traceback
 
-import torch
-
+import core.engine_thread as engine_thread
 from core.calibration import cached
 from core.experiments import calibrate
 
@@ -28,8 +27,8 @@ def status(model_key: str) -> dict:
 
 
 def start(model_key: str, pipe) -> bool:
-    """Measures this pair's costs in a daemon thread unless they are cached, measuring, or the switch is off.
-    Each curve holds the pipeline's lock, so a visitor's run waits for one curve at most."""
+    """Measures this pair's costs unless they are cached, measuring, or the switch is off: a daemon thread submits
+    each curve to the engine thread (core.engine_thread), so a visitor's run waits for one curve at most."""
     if not enabled() or pipe.drafter is None or cached(pipe)[0] is not None:
         return False
     with _LOCK:
@@ -44,8 +43,7 @@ def _work(model_key: str, pipe) -> None:
     def progress(msg):
         _STATE[model_key]["step"] = msg
     try:
-        with torch.no_grad():
-            calibrate.save_costs(pipe, calibrate.defaults(), progress, guard=lambda: pipe.lock)
+        calibrate.save_costs(pipe, calibrate.defaults(), progress, run=engine_thread.call)
         _STATE[model_key].update(state="done", step="")
     except Exception as e:  # the app keeps serving; the panel says the calibration failed
         traceback.print_exc()

@@ -1,6 +1,7 @@
 """Compare tab: the same prompt under several methods, one after another. Outputs: table, plot, texts."""
 import gradio as gr
 
+import core.engine_thread as engine_thread
 from core.calibration import report, resolve_shape
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
@@ -39,7 +40,7 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
             cfg, note = resolve_shape(pipe, cfg, allow_context=False)  # each head at its own best shape
-            runs[method] = run_to_end(pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
+            runs[method] = engine_thread.call(run_to_end, pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
             runs[method]["meta"]["cost"] = report(pipe, cfg, note)
         except SpecError as e:
             errors[method] = str(e)

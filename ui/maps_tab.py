@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gradio as gr
 
+import core.engine_thread as engine_thread
 from core.errors import SpecError
 from ui.models import parse_model_key
 from ui.runs import shown_error
@@ -30,9 +31,9 @@ def facts_of(model_id: str):
 @functools.lru_cache(maxsize=4)
 def prompt_runs(model_id: str) -> list:
     """Tokenized shipped prompts with the text-alone I_t (compare's --prompt-tokens mode)."""
+    from core.experiments.prompts import DEFAULT_PROMPTS
     from core.maps.accept import engine_config
     from core.maps.compare import choose_prompts, prompt_tokens
-    from core.experiments.prompts import DEFAULT_PROMPTS
     cfg = engine_config(model_id, "nanospec", 64)
     return prompt_tokens(choose_prompts([str(DEFAULT_PROMPTS)], None), facts_of(model_id), cfg, None)
 
@@ -72,11 +73,11 @@ def maps_ui(upload, model_key) -> dict:
             return {"note": status_note("Upload a map file: .pt, .json, .safetensors (d2t / t2d)."), "report": "",
                     "plot": None}
         model_id, _ = parse_model_key(model_key)
-        facts = facts_of(model_id)
+        facts = engine_thread.call(facts_of, model_id)
         rep, m = check_upload(Path(upload if isinstance(upload, str) else upload.name), facts)
         out = {"report": report_html(rep), "note": status_note(f"Checked against {model_id}.")}
         try:
-            rows = coverage_of(m, facts, model_id) if m is not None else None
+            rows = engine_thread.call(coverage_of, m, facts, model_id) if m is not None else None
         except SpecError:
             rows = None  # nothing to measure: the report says why
         if rows:

@@ -4,6 +4,7 @@ import sys
 import threading
 import traceback
 
+import core.engine_thread as engine_thread
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL
 
@@ -44,7 +45,7 @@ def load_pipeline(model_key: str):
     from core.pipeline import Pipeline
     model_id, draft = parse_model_key(model_key)
     try:
-        return Pipeline.load(model_id=model_id, draft=draft)
+        return engine_thread.call(Pipeline.load, model_id=model_id, draft=draft)
     except SpecError:
         raise
     except Exception as e:  # a model that fails to load must not take the app down
@@ -61,7 +62,7 @@ def preload_default_model() -> None:
             calibrating.start(DEFAULT_KEY, load_pipeline(DEFAULT_KEY))
         except SpecError as e:
             print(f"[speclens] preload skipped: {e}", file=sys.stderr)
-    threading.Thread(target=work, daemon=True, name="speclens-preload").start()
+    threading.Thread(target=work, daemon=True, name="speclens-preload").start()  # the load itself: on the engine
 
 
 def pair_offer() -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import gradio as gr
 
+import core.engine_thread as engine_thread
 from core.experiments.paper import run_paper
 from ui.models import GPU, parse_model_key
 from ui.runs import shown_error
@@ -32,7 +33,7 @@ def paper_ui(model_key, upload, limit, max_new, categories, progress=gr.Progress
         out_dir = tempfile.mkdtemp(prefix="speclens-paper-")
         settings = paper_settings(model_key, upload, limit, max_new, categories, out_dir)
         with _PAPER_LOCK:  # one grid at a time: it holds the model for minutes
-            paths = run_paper(settings, progress=progress, draw=draw_figures)
+            paths = engine_thread.call(run_paper, settings, progress=progress, draw=draw_figures)
         report = Path(paths["report.md"]).read_text()
         files = [p for name, p in sorted(paths.items()) if name.endswith((".md", ".csv", ".png", ".html"))]
         return {"note": status_note(f"Done: {len(files)} files in the downloads below."), "report": report,

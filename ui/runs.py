@@ -9,16 +9,17 @@ from pathlib import Path
 
 import gradio as gr
 
+import core.engine_thread as engine_thread
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.models import draft_defaults
+from core.trace.file import save_trace
 from core.trace.live import baseline_of, lossless_verdict, run_to_end
 from viz import plots
 from viz.notes import error_note, trace_notes
 from viz.panels import all_figures
 from viz.pay import pay_panel
 from viz.summary import speedup, summary_cards
-from core.trace.file import save_trace
 
 UI_MAX_NEW_TOKENS = 512
 DRAFT_SHAPES = (("auto: the cost model's best on this machine", "auto"), ("the tree set below", "tree"),
@@ -138,7 +139,8 @@ def ar_baseline(pipe, prompt: str, cfg: SpecConfig, model_key: str, should_stop=
     key = baseline_key(model_key, prompt, cfg)
     if key in _AR_CACHE:
         return _AR_CACHE[key]
-    ar = baseline_of(run_to_end(pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop, RUN_MAX_SECONDS))
+    ar = baseline_of(engine_thread.call(run_to_end, pipe, prompt, dataclasses.replace(cfg, method="ar"), should_stop,
+                                        RUN_MAX_SECONDS))
     remember_ar(key, ar)
     return ar
 

@@ -9,7 +9,6 @@ ones, and writes assets/acceptance/): a[d][r] for each head, from engine runs wi
 From the two, core/decoding/cost.py predicts each method's speedup at its shape, its break-even τ and its best shape.
 """
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -96,9 +95,13 @@ def step_overhead(pipe, method: str, prompt: str, n_new: int, **over) -> float:
     return statistics.mean(r.timing_ms["other"] + r.timing_ms["gather"] for r in recs) if recs else 0.0
 
 
-def measure_costs(pipe, args, progress=print, guard=contextlib.nullcontext) -> dict:
-    """Every cost of the cost model. guard(): held around each direct use of the pipeline's runners (the app passes
-    the pipeline's lock, so a visitor's run waits for one curve, not the whole calibration)."""
+def direct(fn, *args):
+    return fn(*args)
+
+
+def measure_costs(pipe, args, progress=print, run=direct) -> dict:
+    """Every cost of the cost model. run(fn, *args) makes each measurement (the app passes its engine thread's call,
+    so a visitor's run waits for one curve, not the whole calibration)."""
     from core.experiments.prompts import example_prompts
     prompt = example_prompts()[0].text
     ids = pipe.prompt_ids(prompt)
@@ -106,17 +109,15 @@ def measure_costs(pipe, args, progress=print, guard=contextlib.nullcontext) -> d
     verify = {}
     for c in contexts:
         progress(f"target: {args.rows} row counts after {c} tokens")
-        with guard():
-            verify[c] = verify_curve(pipe, c, args.rows, args.reps, ids)
+        verify[c] = run(verify_curve, pipe, c, args.rows, args.reps, ids)
     progress(f"draft: backbone and {len(args.methods)} heads over 1..{args.width} rows")
-    with guard():
-        backbone, heads = draft_curves(pipe, contexts[0], args.width, args.reps, ids, args.methods)
+    backbone, heads = run(draft_curves, pipe, contexts[0], args.width, args.reps, ids, args.methods)
     other = {}
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
-        other[m] = step_overhead(pipe, m, prompt, 24)
+        other[m] = run(step_overhead, pipe, m, prompt, 24)
     progress("bookkeeping per step: the context alone")
-    other[CONTEXT] = step_overhead(pipe, "nanospec", prompt, 24, shape=CONTEXT, context="on")
+    other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, shape=CONTEXT, context="on"))
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
             "head": heads, "other": other}
@@ -168,11 +169,11 @@ def verdicts(pipe, costs: dict, acc: dict) -> list:
     return rows
 
 
-def save_costs(pipe, args, progress=print, guard=contextlib.nullcontext) -> dict:
+def save_costs(pipe, args, progress=print, run=direct) -> dict:
     """measure_costs, stamped with where and when, written to this machine's calibration file."""
     key, load = calibration_key(pipe), os.getloadavg()[0]
     costs = {"key": key, "date": time.strftime("%Y-%m-%d"), "load_avg": round(load, 2),
-             **measure_costs(pipe, args, progress, guard)}
+             **measure_costs(pipe, args, progress, run)}
     write_atomic(costs_path(key), json.dumps(costs, indent=1))
     return costs
 

@@ -33,7 +33,7 @@ def usable(names: list) -> list:
     """names without the llama.cpp variants (and a message saying why) where llama.cpp is not built."""
     peers = [v for v in names if peer_variant(v) is not None]
     if peers and not llamacpp_build.built():
-        print(f"skipping {', '.join(peers)}: {llamacpp_build.NOT_BUILT}", file=sys.stderr)
+        print(f"skipping {', '.join(peers)}: {llamacpp_build.not_built(llamacpp_build.flavor())}", file=sys.stderr)
         return [v for v in names if v not in peers]
     return names
 
@@ -185,7 +185,7 @@ def bench_main(argv=None) -> int:
 
     args = parse(argv)
     if not llamacpp_build.built():
-        raise SpecError(llamacpp_build.NOT_BUILT)
+        raise SpecError(llamacpp_build.not_built(llamacpp_build.flavor()))
     names = (args.variants or ("llamacpp,llamacpp-spec" if args.draft else "llamacpp")).split(",")
     if bad := [v for v in names if peer_variant(v) is None]:
         raise SpecError(f"unknown llama.cpp variant(s) {', '.join(bad)}")
@@ -194,12 +194,15 @@ def bench_main(argv=None) -> int:
     prompts = select_prompts(ap.Namespace(prompts=[args.prompts], categories=None, limit=args.limit))
     rows = run_prompts(pipe, prompts, names, args.max_new_tokens)
     gbs = read_gbs()
-    result = {"table": table(rows, ["ar", *names]), "ours_bound": memory_bound(rows, pipe.model, gbs, pipe.target),
+    from core.kernels.cpu import isa
+    result = {"cpu_isa_cap": isa.cap(), "llamacpp_build": llamacpp_build.flavor(),
+              "table": table(rows, ["ar", *names]), "ours_bound": memory_bound(rows, pipe.model, gbs, pipe.target),
               "llamacpp_bound": peer_bound(rows, gguf_of(pipe.model_id), gbs)}
     if args.tg:
         ggufs = [args.model] + ([args.draft] if args.draft else [])
         result["llama_bench"] = {m: round(llamacpp_run.bench_tg(gguf_of(m), args.max_new_tokens, args.threads,
                                                                 args.tg), 2) for m in ggufs}
+    print(f"cpu_isa_cap={result['cpu_isa_cap']}  llamacpp_build={result['llamacpp_build']}")
     for r in result["table"]:
         print("  ".join(f"{k}={v}" for k, v in r.items()))
     for k in ("ours_bound", "llamacpp_bound", "llama_bench"):

@@ -1,5 +1,9 @@
 """llama.cpp as a benchmark peer, never a runtime dependency: built from the vendored tree of the llama-cpp-python source
-package (cmake + ninja, Release, native CPU, only the tools compared with) into the cache root, resumable, logged."""
+package (cmake + ninja, Release, only the tools compared with) into the cache root, resumable, logged.
+
+Two flavours: `native` (every feature of this CPU: its AMX / AVX-512 kernels) and `avx2` (AVX2 + FMA + F16C only,
+no AVX-512, AVX-VNNI or AMX), the peer of our runs under SPECLENS_CPU_ISA=avx2: `flavor()` picks the one the cap
+asks for, so a capped benchmark compares like with like on one machine."""
 import shutil
 import subprocess
 import sys
@@ -15,30 +19,54 @@ VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp is built
 TOOLS = ("llama-bench", "llama-completion", "llama-speculative-simple")
 
 
-CMAKE_FLAGS = ("-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF",
+CMAKE_FLAGS = ("-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
                "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF",
                "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_TOOLS=ON")
+FLAVORS = {
+    "native": ("-DGGML_NATIVE=ON",),
+    "avx2": ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+             "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF",
+             "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+             "-DGGML_AMX_BF16=OFF"),
+}
 
 
-NOT_BUILT = "llama.cpp is not built: run python -m core.experiments.llamacpp build"
+def not_built(flavor: str = "native") -> str:
+    if flavor == "native":
+        return "llama.cpp is not built: run python -m core.experiments.llamacpp build"
+    return f"llama.cpp ({flavor} build) is not built: run python -m core.experiments.llamacpp build --flavor {flavor}"
 
 
-def home(version: str = VERSION) -> Path:
-    return cache_root() / "llamacpp" / version
+NOT_BUILT = not_built()
 
 
-def binary(name: str, version: str = VERSION) -> Path:
-    """The path of a built llama.cpp tool, or SpecError saying how to build it."""
+def flavor() -> str:
+    """The build that is our peer under the ISA cap: avx2 where SPECLENS_CPU_ISA caps at avx2, native otherwise."""
+    from core.kernels.cpu import isa
+    return "avx2" if isa.cap() == "avx2" else "native"
+
+
+def home(version: str = VERSION, flavor: str = "native") -> Path:
+    """<cache>/llamacpp/<version> (native) or <version>-<flavor>."""
+    if flavor not in FLAVORS:
+        raise SpecError(f"unknown llama.cpp flavour {flavor!r} (use one of {', '.join(FLAVORS)})")
+    return cache_root() / "llamacpp" / (version if flavor == "native" else f"{version}-{flavor}")
+
+
+def binary(name: str, version: str = VERSION, flavor: str | None = None) -> Path:
+    """The path of a built llama.cpp tool (of the cap's flavour by default), or SpecError saying how to build it."""
     if name not in TOOLS:
         raise SpecError(f"unknown llama.cpp tool {name!r} (built: {', '.join(TOOLS)})")
-    path = home(version) / "bin" / name
+    flavor = flavor or globals()["flavor"]()
+    path = home(version, flavor) / "bin" / name
     if not path.is_file():
-        raise SpecError(f"{NOT_BUILT} ({path} missing)")
+        raise SpecError(f"{not_built(flavor)} ({path} missing)")
     return path
 
 
-def built(version: str = VERSION) -> bool:
-    return all((home(version) / "bin" / t).is_file() for t in TOOLS)
+def built(version: str = VERSION, flavor: str | None = None) -> bool:
+    flavor = flavor or globals()["flavor"]()
+    return all((home(version, flavor) / "bin" / t).is_file() for t in TOOLS)
 
 
 def run_logged(cmd: list, log: Path, cwd: Path | None = None) -> None:
@@ -78,18 +106,21 @@ def extract_vendor(sdist: Path, root: Path) -> Path:
     return src
 
 
-def build(jobs: int = 2, version: str = VERSION) -> Path:
-    """Build the tools (if not yet) and return their bin dir; resumable, progress in <home>/build.log."""
-    root = home(version)
-    if built(version):
+def build(jobs: int = 2, version: str = VERSION, flavor: str = "native") -> Path:
+    """Build the tools (if not yet) and return their bin dir; resumable, progress in <home>/build.log.
+    Every flavour builds from the native home's sdist and source tree."""
+    root = home(version, flavor)
+    if built(version, flavor):
         return root / "bin"
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
-    print(f"building llama.cpp {version} into {root} (progress: {log})", file=sys.stderr, flush=True)
-    src = extract_vendor(fetch_sdist(root, log), root)
+    print(f"building llama.cpp {version} ({flavor}) into {root} (progress: {log})", file=sys.stderr, flush=True)
+    base = home(version)
+    base.mkdir(parents=True, exist_ok=True)
+    src = extract_vendor(fetch_sdist(base, log), base)
     out = root / "build"
     if not (out / "build.ninja").is_file():
-        run_logged(["cmake", "-S", src, "-B", out, *CMAKE_FLAGS], log)
+        run_logged(["cmake", "-S", src, "-B", out, *CMAKE_FLAGS, *FLAVORS[flavor]], log)
     run_logged(["cmake", "--build", out, "-j", str(jobs), "--target", *TOOLS], log)
     (root / "bin").mkdir(exist_ok=True)
     for t in TOOLS:

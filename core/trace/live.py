@@ -1,10 +1,11 @@
-"""A run recorded as a trace: to the end (`run_to_end`), or in a worker thread at the engine's own speed (`LiveRun`),
+"""A run recorded as a trace: to the end (`run_to_end`), or on the engine thread at the engine's own speed (`LiveRun`),
 whose latest state readers sample; and a run's plain-decoding (AR) baseline with the lossless verdict on it."""
 import threading
 import time
 from datetime import datetime, timezone
 from typing import Protocol
 
+import core.engine_thread as engine_thread
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.trace.file import add_vocab, missing_ids, new_trace
@@ -76,17 +77,17 @@ def run_to_end(pipe: Recordable, prompt: str, cfg: SpecConfig, should_stop=lambd
 
 
 class LiveRun:
-    """One generation in a worker thread, at full speed; the UI samples `snapshot()` at its own frame rate."""
+    """One generation on the engine thread (core.engine_thread), at full speed; the UI samples `snapshot()`
+    at its own frame rate."""
 
     def __init__(self, pipe: Recordable, prompt: str, cfg: SpecConfig, should_stop=lambda: False, max_seconds=None):
         self.trace = new_trace(trace_meta(pipe, prompt, cfg))
-        self.error, self.done, self._cancel = None, threading.Event(), False
+        self.error, self.done, self._cancel, self._job = None, threading.Event(), False, None
         stop = lambda: self._cancel or should_stop()  # noqa: E731
-        self._thread = threading.Thread(target=self._work, args=(pipe, prompt, cfg, stop, max_seconds),
-                                        daemon=True, name="speclens-run")
+        self._args = (pipe, prompt, cfg, stop, max_seconds)
 
     def start(self) -> "LiveRun":
-        self._thread.start()
+        self._job = engine_thread.submit(self._work, *self._args)
         return self
 
     def _work(self, pipe, prompt, cfg, stop, max_seconds):
@@ -102,8 +103,12 @@ class LiveRun:
         return {"meta": self.trace["meta"], "records": list(self.trace["records"])}
 
     def cancel(self) -> None:
+        """Stops the run at its next step (or before it starts, where it is still queued) and waits for it."""
         self._cancel = True
-        self._thread.join()
+        if self._job is not None and self._job.cancel():
+            self.error = SpecError("the run was stopped before it started")
+            self.done.set()
+        self.done.wait()
 
     def result(self) -> dict:
         self.done.wait()
