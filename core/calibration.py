@@ -115,24 +115,42 @@ class Verdict:
     shape: str
     tau: float                    # predicted tokens per step
     break_even_tau: float         # tokens per step that match plain decoding
-    speedup: float                # predicted, over plain decoding
+    speedup: float                # predicted, over plain decoding, step for step
     t_step_ms: float
     t_ar_ms: float
+    run_speedup: float | None = None  # predicted for the whole run (prefills included: cost.run_speedup)
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
-def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False) -> Verdict | None:
+def ar_ms(data: dict) -> float:
+    """Plain decoding's step: the target's 1-row pass and its bookkeeping (calibrations before it was measured: 0)."""
+    return data["verify"][0] + data.get("other", {}).get("ar", 0.0)
+
+
+def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float | None:
+    """cost.run_speedup for run = (prompt tokens, new tokens), from the calibration's prefill curves (None without)."""
+    pre = data.get("prefill")
+    if run is None or not pre:
+        return None
+    t_pre, t_dpre = (cost.interpolate(pre["rows"], pre[k], run[0]) for k in ("target", "draft"))
+    return cost.run_speedup(ar_ms(data), tau, t_step, run[1], t_pre, t_dpre)
+
+
+def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
+            run: tuple | None = None) -> Verdict | None:
     """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree where the
-    context has no continuation (cost.mixed). None where the calibration lacks this method (or the context entry)."""
-    t_ar = data["verify"][0]
+    context has no continuation (cost.mixed); run: (prompt tokens, new tokens) for the whole run's speedup too.
+    None where the calibration lacks this method (or the context entry)."""
+    t_ar = ar_ms(data)
     if s is None:
         got = context_alone(data, acc)
         if got is None:
             return None
         tau, t_step = got
-        return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar)
+        return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar,
+                       whole_run(data, tau, t_step, run))
     if method not in acc.get("heads", {}) or method not in data.get("head", {}):
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
@@ -142,19 +160,25 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
     if ctx is not None:
         tau, t_step = cost.mixed((tau, t_step), ctx[:2], ctx[2])
         name += " + context"
-    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar)
+    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run))
 
 
-def prediction(pipe, cfg: SpecConfig) -> dict:
-    """The cost model's numbers for one run's config, from the cached calibration (no measuring here)."""
+def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dict:
+    """The cost model's numbers for one run's config, from the cached calibration (no measuring here):
+    predicted_speedup is the whole run's (a prompt of prompt_tokens, cfg.max_new_tokens new ones) where the
+    calibration has prefill curves and prompt_tokens is given, else the steady state's."""
     cfg = resolve_shape(pipe, cfg)[0]
     data, acc = cached(pipe)
-    v = verdict(data, acc, cfg.method, shape_of(cfg), cfg.context == "on") if data and acc else None
+    run = (prompt_tokens, cfg.max_new_tokens) if prompt_tokens else None
+    v = verdict(data, acc, cfg.method, shape_of(cfg), cfg.context == "on", run) if data and acc else None
     if v is None:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return {"predicted_speedup": None, "prediction_note": f"no calibration for this machine and model ({missing})"}
-    return {"predicted_speedup": round(v.speedup, 3), "predicted_tau": round(v.tau, 3),
-            "break_even_tau": round(v.break_even_tau, 3), "prediction_note": ""}
+    whole = v.run_speedup is not None
+    return {"predicted_speedup": round(v.run_speedup if whole else v.speedup, 3), "predicted_step_speedup":
+            round(v.speedup, 3), "predicted_tau": round(v.tau, 3), "break_even_tau": round(v.break_even_tau, 3),
+            "prediction_note": "" if whole or not prompt_tokens else
+            "steady state (no prefill curves in this calibration: python -m core calibrate --force measures them)"}
 
 
 # ---------------------------------------------------------------- --shape auto
@@ -204,10 +228,10 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
 COST_ROWS = (1, 2, 4, 8, 16, 32)  # verify row counts the report quotes
 
 
-def report(pipe, cfg: SpecConfig, note: str = "") -> dict:
+def report(pipe, cfg: SpecConfig, note: str = "", prompt_tokens: int | None = None) -> dict:
     """This machine's measured costs and the cost model's verdicts for a run's config (cfg with its shape resolved):
-    the run's own, each head's best shape, the context alone. JSON-ready; "missing" says what to run where the
-    calibration or the acceptance table is not there."""
+    the run's own (with its whole run's speedup for a prompt of prompt_tokens), each head's best shape, the context
+    alone. JSON-ready; "missing" says what to run where the calibration or the acceptance table is not there."""
     data, acc = cached(pipe)
     out = {"shape": shape_label(cfg), "shape_note": note, "method": cfg.method}
     if not data or not acc:
@@ -221,7 +245,8 @@ def report(pipe, cfg: SpecConfig, note: str = "") -> dict:
                       "backbone": round(data["backbone"][0], 2),
                       "head": {m: round(h[0], 2) for m, h in data["head"].items()}}}
     on = cfg.context == "on"
-    run = verdict(data, acc, cfg.method, shape_of(cfg), on) if cfg.method != "ar" else None
+    whole = (prompt_tokens, cfg.max_new_tokens) if prompt_tokens else None
+    run = verdict(data, acc, cfg.method, shape_of(cfg), on, whole) if cfg.method != "ar" else None
     out["run"] = run.as_dict() if run else None
     out["methods"] = [best.as_dict() for m in acc.get("heads", {})
                       for _, best in [best_choice(data, acc, m, on, allow_alone=False)] if best is not None]

@@ -1,17 +1,20 @@
-"""Predicted vs measured speedup over plain decoding (SmolLM2, held-out prompts), interleaved per prompt in one process
-(docs/cost.md). Run after `python -m core calibrate`: PYTHONPATH=. python tests/ab_predicted_speedup.py"""
+"""Predicted vs measured speedup over plain decoding, whole runs (prefills included), held-out prompts (the first of
+each category), interleaved per prompt in one process (docs/cost.md). Run after `python -m core calibrate`:
+PYTHONPATH=. python tests/ab_predicted_speedup.py [--model ALIAS --draft ALIAS] [--n 64]"""
+import argparse
 import time
 
 import torch
 
+from core.calibration import prediction
 from core.config import SpecConfig
-from core.decoding import cost
-from core.experiments import calibrate
 from core.experiments.prompts import load_prompts
 from core.pipeline import Pipeline
 
-SHAPES = (cost.Shape(3, 2, 6), cost.Shape(2, 4, 5), cost.Shape(2, 1, 2))
-VARIANTS = [("ar", None)] + [(m, s) for m in ("full", "nanospec") for s in SHAPES]
+TREE = {"shape": "tree", "depth": 3, "top_k": 2, "tree_size": 6}
+VARIANTS = (("ar", {}, "off"), ("nanospec", {"shape": "chain", "gamma": 1}, "on"), ("nanospec", {"shape": "context"}, "on"),
+            ("nanospec", TREE, "on"), ("nanospec", TREE, "off"), ("full", TREE, "off"),
+            ("nanospec", {"shape": "chain", "gamma": 3}, "off"))
 
 
 def first_per_category(path="assets/prompts/heldout.jsonl") -> list:
@@ -23,31 +26,50 @@ def first_per_category(path="assets/prompts/heldout.jsonl") -> list:
     return out
 
 
-def config(pipe, method, shape, n) -> SpecConfig:
-    return SpecConfig(method=method, max_new_tokens=n, context="off",
-                      **(shape.config() if shape else {})).validate(pipe.vocab_size)
+def config(pipe, v, n) -> SpecConfig:
+    method, shape, context = v
+    return SpecConfig(method=method, max_new_tokens=n, context=context, **shape).validate(pipe.vocab_size)
+
+
+def name(v) -> str:
+    method, shape, context = v
+    s = shape.get("shape", "")
+    s = {"chain": f"chain {shape.get('gamma')}", "tree": f"tree {shape.get('depth')}/{shape.get('top_k')}/"
+         f"{shape.get('tree_size')}"}.get(s, s)
+    return f"{method} {s}" + (" + context" if context == "on" and s != "context" else "")
 
 
 def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default=None)
+    p.add_argument("--draft", default="auto")
+    p.add_argument("--n", type=int, default=64)
+    args = p.parse_args()
     torch.set_num_threads(2)
-    pipe = Pipeline.load()
-    costs, acc = calibrate.cached(pipe)
+    pipe = Pipeline.load(args.model, draft=args.draft) if args.model else Pipeline.load()
     prompts = first_per_category()
-    for m, s in VARIANTS:  # warm-up
-        list(pipe.run(prompts[0].text, config(pipe, m, s, 4)))
-    tokens, seconds = {v: 0 for v in VARIANTS}, {v: 0.0 for v in VARIANTS}
-    for p in prompts:
+    rows = sum(len(pipe.prompt_ids(q.text)) for q in prompts) / len(prompts)
+    for v in VARIANTS:  # warm-up
+        list(pipe.run(prompts[0].text, config(pipe, v, 4)))
+    tokens, seconds = {name(v): 0 for v in VARIANTS}, {name(v): 0.0 for v in VARIANTS}
+    for q in prompts:
         for v in VARIANTS:
             t0 = time.perf_counter()
-            tokens[v] += sum(len(r.emitted) for r in pipe.run(p.text, config(pipe, *v, 64)))
-            seconds[v] += time.perf_counter() - t0
-    ar = tokens[VARIANTS[0]] / seconds[VARIANTS[0]]
-    print(f"AR {ar:.1f} tok/s")
-    for m, s in VARIANTS[1:]:
-        measured = tokens[(m, s)] / seconds[(m, s)] / ar
-        predicted = cost.predicted_speedup(calibrate.costs_of(costs, m), cost.Acceptance(acc["heads"][m]["a"]), m, s)
-        print(f"{m} {s.depth}/{s.top_k}/{s.size}: predicted {predicted:.2f}x, measured {measured:.2f}x "
-              f"({predicted / measured - 1:+.0%})")
+            tokens[name(v)] += sum(len(r.emitted) for r in pipe.run(q.text, config(pipe, v, args.n)))
+            seconds[name(v)] += time.perf_counter() - t0
+    ar = tokens[name(VARIANTS[0])] / seconds[name(VARIANTS[0])]
+    print(f"{pipe.model_id}: {len(prompts)} prompts of {rows:.0f} tokens on average, {args.n} new; AR {ar:.1f} tok/s")
+    errs = []
+    for v in VARIANTS[1:]:
+        measured = tokens[name(v)] / seconds[name(v)] / ar
+        pred = prediction(pipe, config(pipe, v, args.n), rows)
+        if pred["predicted_speedup"] is None:
+            print(f"{name(v)}: measured {measured:.2f}x, no prediction ({pred['prediction_note']})")
+            continue
+        errs.append(pred["predicted_speedup"] / measured - 1)
+        print(f"{name(v):<28} predicted {pred['predicted_speedup']:.2f}x (step for step {pred['predicted_step_speedup']:.2f}x)"
+              f", measured {measured:.2f}x ({errs[-1]:+.0%})")
+    print(f"largest error {max(map(abs, errs)):.0%}" if errs else "")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,13 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert len(costs["backbone"]) == args.width and set(costs["head"]) == {"full", "nanospec"}
     assert all(len(v) == args.width for v in costs["head"].values())
     assert all(t > 0 for t in costs["verify"] + costs["backbone"])
-    assert set(costs["other"]) == {"full", "nanospec", "context"}  # the context alone's bookkeeping too
+    assert set(costs["other"]) == {"full", "nanospec", "context", "ar"}  # the context alone's and plain decoding's too
+
+
+def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
+    pre = costs["prefill"]
+    assert pre["rows"] == list(calibrate.PREFILL_AT) and len(pre["target"]) == len(pre["draft"]) == len(pre["rows"])
+    assert all(t > 0 for t in pre["target"] + pre["draft"])
 
 
 def test_acceptance_is_a_rate_per_depth_and_rank_for_each_head(pipe, args, single_thread):
@@ -90,6 +96,9 @@ def test_the_prediction_reads_the_cached_calibration(pipe, costs, tmp_path, monk
     p = calibration.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3))
     assert p["predicted_tau"] == pytest.approx(1 + 0.9 + 0.81 + 0.729, abs=1e-3)
     assert p["predicted_speedup"] > 0 and p["break_even_tau"] > 1 and p["prediction_note"] == ""
+    whole = calibration.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3, max_new_tokens=8), 24)
+    assert whole["predicted_step_speedup"] == p["predicted_step_speedup"]  # a short run pays its prefills: it differs
+    assert whole["predicted_speedup"] != p["predicted_speedup"] and whole["prediction_note"] == ""
 
 
 def test_calibrate_names_a_bad_method_and_a_too_small_grid():

@@ -2,8 +2,8 @@
 (core.trace.stats.acceptance_counts)."""
 import pytest
 
-from core.decoding.cost import (Acceptance, Costs, Shape, best_shape, break_even_tau, expected_accepted,
-                                predicted_speedup, shape_grid, step_ms)
+from core.decoding.cost import (Acceptance, Costs, Shape, best_shape, break_even_tau, expected_accepted, interpolate,
+                                predicted_speedup, run_speedup, shape_grid, step_ms)
 from core.trace.record import StepRecord
 from core.trace.stats import acceptance_counts, acceptance_rates
 
@@ -44,6 +44,19 @@ def test_break_even_is_the_tau_at_which_speculation_matches_plain_decoding():
     c, s = flat_costs(), Shape(3, 2, 6)
     tau = break_even_tau(c, "full", s)
     assert tau * c.verify[0] == pytest.approx(step_ms(c, "full", s, tau), rel=1e-3)
+
+
+def test_a_whole_run_adds_the_prefills_both_pay_and_the_drafters_that_speculation_alone_pays():
+    # plain: 100 + 9 x 10 = 190; speculation: 100 + 20 + 9 / 2 x 15 = 187.5
+    assert run_speedup(10.0, 2.0, 15.0, 10, 100.0, 20.0) == pytest.approx(190 / 187.5)
+    assert run_speedup(10.0, 2.0, 15.0, 100_000, 100.0, 20.0) == pytest.approx(2 * 10 / 15, rel=1e-3)  # steady state
+
+
+def test_prefill_costs_are_read_between_and_beyond_the_measured_prompt_lengths():
+    xs, ys = [16, 64, 160], [10.0, 30.0, 50.0]
+    assert interpolate(xs, ys, 40) == pytest.approx(20.0)
+    assert interpolate(xs, ys, 112) == pytest.approx(40.0)
+    assert interpolate(xs, ys, 256) == pytest.approx(70.0) and interpolate(xs, ys, 4) == pytest.approx(5.0)
 
 
 def per_row_costs(backbone: float, head: float) -> Costs:

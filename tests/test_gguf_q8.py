@@ -169,6 +169,7 @@ def test_a_weight_that_differs_from_its_blocks_keeps_that_matrix_off_them(tmp_pa
     runner = FastRunner(target)
     assert on_codes(runner) == [True] + [True] * 4 + [True, True, True, False]
     assert runner.exact_reason != ""  # one matrix back on a BLAS product
+    assert runner.one_call is None  # and the layers back on one call per kernel
 
 
 @needs_q8
@@ -200,3 +201,57 @@ def test_auto_runs_the_bf16_codes_on_amx_and_int8_blocks_elsewhere(monkeypatch, 
     bf16, fp32 = codes_math(FastConfig(), torch.bfloat16), codes_math(FastConfig(), torch.float32)
     expected = {"amx": ("bf16", ""), "avx512": (int8, ""), "avx2": (int8, int8), "none": ("", "")}[variant]
     assert (bf16, fp32) == expected
+
+
+def passes_of(runner) -> list:
+    """Hidden states and features of a 12-row prefill, then passes of 1, 4 (a tree's mask) and 9 rows."""
+    runner.reset()
+    out = list(runner.forward(torch.arange(12) + 3, torch.arange(12)))
+    runner.commit(torch.arange(12))
+    tree = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
+    for n, mask in ((1, None), (4, tree), (9, None)):
+        at = 12 + len(out)
+        out += runner.forward(torch.arange(n) + 40, torch.arange(n) + at, mask)
+        runner.commit(torch.tensor([0]))
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("arch, dtype", [("qwen2", torch.bfloat16), ("llama", torch.float32)])
+def test_all_layers_in_one_call_give_the_per_kernel_floats_bit_for_bit(tmp_path, monkeypatch, arch, dtype, variant):
+    from core.runtime.fast import FastRunner
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    monkeypatch.setenv(isa.ENV, variant)
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=dtype, arch=arch)
+    runner = FastRunner(target)
+    if not runner.kernels:
+        pytest.skip(f"no fused kernels here: {runner.kernels_reason}")
+    assert runner.one_call is not None
+    one = passes_of(runner)
+    runner.one_call = None
+    each = passes_of(runner)
+    assert len(one) == len(each) == 8 and all(torch.equal(a, b) for a, b in zip(one, each))
+
+
+@needs_q8
+def test_the_one_call_switch_keeps_the_per_kernel_path(tmp_path, monkeypatch):
+    from core.runtime.fast import FastRunner
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    monkeypatch.setenv("SPECLENS_ONE_CALL", "0")
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
+    assert FastRunner(target).one_call is None
+
+
+@needs_q8
+def test_a_prompts_prefill_of_enough_rows_multiplies_by_the_plain_copy_and_other_passes_by_the_blocks(tmp_path,
+                                                                                                     monkeypatch):
+    from core.runtime.fast import FastRunner
+    from core.runtime.weights import PREFILL_ROWS, mm
+    monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
+    target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
+    w = FastRunner(target).layers[0]["wgu"]
+    assert isinstance(w.codes, q8.RawCodes) and w.plain is not None
+    x = torch.randn(PREFILL_ROWS, w.codes.k, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(mm(x, w, prefill=True), x @ w.plain)
+    assert torch.equal(mm(x, w), q8.q8_mm(x, w.codes))
+    assert torch.equal(mm(x[:PREFILL_ROWS - 1], w, prefill=True), q8.q8_mm(x[:PREFILL_ROWS - 1], w.codes))

@@ -41,7 +41,7 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
             cfg, note = resolve_shape(pipe, cfg, allow_context=False)  # each head at its own best shape
             runs[method] = engine_thread.call(run_to_end, pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
-            runs[method]["meta"]["cost"] = report(pipe, cfg, note)
+            runs[method]["meta"]["cost"] = report(pipe, cfg, note, len(pipe.prompt_ids(prompt)))
         except SpecError as e:
             errors[method] = str(e)
             continue

@@ -49,10 +49,10 @@ def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth,
             yield {"note": shown_error(e)}
 
 
-def cost_report(pipe, cfg, model_key: str, shape_note: str) -> dict:
+def cost_report(pipe, cfg, model_key: str, shape_note: str, prompt_tokens: int | None = None) -> dict:
     """meta["cost"] of a run: this machine's costs and verdicts; where none are measured yet, the background
     calibration starts (after the run: it would share the CPU with it) and its state is kept with the report."""
-    out = report(pipe, cfg, shape_note)
+    out = report(pipe, cfg, shape_note, prompt_tokens)
     if out.get("missing"):
         calibrating.start(model_key, pipe)
         out["calibrating"] = calibrating.status(model_key)
@@ -71,7 +71,7 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note="
         live.cancel()  # a closed page stops the engine at its next step
     trace = live.result()
     t0 = time.perf_counter()
-    trace["meta"]["cost"] = report(pipe, cfg, shape_note)
+    trace["meta"]["cost"] = report(pipe, cfg, shape_note, len(pipe.prompt_ids(prompt)))
     key = baseline_key(model_key, prompt, cfg)
     if cfg.method == "ar":
         remember_ar(key, baseline_of(trace))
@@ -87,7 +87,7 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note="
                           handler_s=time.perf_counter() - t_start)
     if needs_ar:
         trace["meta"]["baseline"] = ar_baseline(pipe, prompt, cfg, model_key, should_stop)
-    trace["meta"]["cost"] = cost_report(pipe, cfg, model_key, shape_note)
+    trace["meta"]["cost"] = cost_report(pipe, cfg, model_key, shape_note, len(pipe.prompt_ids(prompt)))
     yield {"trace": trace, "note": source_note(trace, live=True), "summary": summary_for(trace), "pay": pay_for(trace),
            "files": write_downloads(trace)}
 

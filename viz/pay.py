@@ -6,6 +6,11 @@ from viz.tokens import esc
 PAYS_AT = 1.0  # speedup over plain decoding at which speculation pays
 
 
+def predicted(v: dict) -> float:
+    """A verdict's predicted speedup: its whole run's (prefills included) where known, else its steady state's."""
+    return v["run_speedup"] if v.get("run_speedup") is not None else v["speedup"]
+
+
 def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
     """One sentence: does speculation pay for this run on this machine, and why."""
     run = (cost or {}).get("run")
@@ -16,8 +21,9 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
     why = (f"a step of {run['shape']} costs {run['t_step_ms']:.1f} ms against {t_ar:.1f} ms for one plain token "
            f"(+{extra:.1f} ms to draft and verify), so it must emit τ ≥ {be:.2f} tokens to break even")
     if tau is None:
-        verdict = "pays" if run["speedup"] >= PAYS_AT else "loses"
-        return f"Predicted to {verdict[:-1]} here ({run['speedup']:.2f}×): {why}; predicted τ {run['tau']:.2f}."
+        sp = predicted(run)
+        verdict = "pays" if sp >= PAYS_AT else "loses"
+        return f"Predicted to {verdict[:-1]} here ({sp:.2f}×): {why}; predicted τ {run['tau']:.2f}."
     got = f"this run's drafts gave τ {tau:.2f}" + (f" ({speedup:.2f}× measured)" if speedup else "")
     by_tau = tau >= be
     pays = speedup >= PAYS_AT if speedup else by_tau
@@ -42,14 +48,15 @@ def _row(v: dict, measured: dict | None = None, own: bool = False) -> str:
     tau, sp = m.get("tau"), m.get("speedup")
     cells = [f"<b>{esc(v['method'])}</b>" + (" (this run)" if own else ""), esc(v["shape"]),
              f"{v['break_even_tau']:.2f}", f"{v['tau']:.2f}", "—" if tau is None else f"{tau:.2f}",
-             f"{v['speedup']:.2f}×", "—" if sp is None else f"{sp:.2f}×"]
+             f"{predicted(v):.2f}×", "—" if sp is None else f"{sp:.2f}×"]
     cls = ' class="pay-own"' if own else ""
     return f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
 def _table(cost: dict, measured: dict) -> str:
     head = ("<tr><th>method</th><th>shape</th><th title=\"tokens per step that match plain decoding\">break-even τ</th>"
-            "<th>predicted τ</th><th>measured τ</th><th>predicted</th><th>measured</th></tr>")
+            "<th>predicted τ</th><th>measured τ</th><th title=\"this run's row: its whole run, prefills included; the "
+            "others: step for step\">predicted</th><th>measured</th></tr>")
     rows = [_row(cost["run"], measured, own=True)] if cost.get("run") else []
     rows += [_row(v) for v in cost.get("methods", [])
              if not (cost.get("run") and v["method"] == cost["run"]["method"] and v["shape"] == cost["run"]["shape"])]

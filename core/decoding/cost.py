@@ -13,6 +13,9 @@ emit to match plain decoding.
 With context drafting on, a fraction f of steps finds a continuation in the token history and drafts from it
 (τ_c tokens per step at t_c; core/decoding/context.py), the rest drafts the model's tree (τ_m at t_m):
     τ = f τ_c + (1 − f) τ_m        t_step = f t_c + (1 − f) t_m                           (mixed)
+A whole run of N new tokens after a prompt of P tokens adds what both pay once, the target's prefill t_pre(P) (which
+emits the first token), and the drafter's prefill t_dpre(P), which speculation alone pays:
+    speedup of the run = (t_pre + (N − 1) · t_ar) / (t_pre + t_dpre + (N − 1) / τ · t_step)     (run_speedup)
 """
 from dataclasses import dataclass, field
 from itertools import product
@@ -113,3 +116,16 @@ def mixed(model: tuple, ctx: tuple, f: float) -> tuple:
     (τ_c, t_c)) and the model's tree elsewhere (model = (τ_m, t_m))."""
     (tau_m, t_m), (tau_c, t_c) = model, ctx
     return f * tau_c + (1 - f) * tau_m, f * t_c + (1 - f) * t_m
+
+
+def run_speedup(t_ar: float, tau: float, t_step: float, n_new: int, t_pre: float, t_dpre: float) -> float:
+    """The whole run's speedup over plain decoding: N = n_new tokens, prefills t_pre (both) and t_dpre (drafter)."""
+    n = max(n_new - 1, 0)
+    return (t_pre + n * t_ar) / (t_pre + t_dpre + n / tau * t_step)
+
+
+def interpolate(xs: list, ys: list, x: float) -> float:
+    """ys at x, piecewise linear over xs (ascending), extended by the end segments' slopes."""
+    i = next((j for j in range(1, len(xs) - 1) if x <= xs[j]), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 0.0)

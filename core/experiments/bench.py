@@ -143,10 +143,11 @@ def summary_row(cat, method, a, ar) -> dict:
             **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in ORIGINS}}
 
 
-def add_predictions(summary: list, pipe, cfgs: dict) -> None:
-    """predicted_speedup beside speedup_vs_ar: the cost model on this machine's cached calibration ("" without one)."""
+def add_predictions(summary: list, pipe, cfgs: dict, prompt_tokens: float | None = None) -> None:
+    """predicted_speedup beside speedup_vs_ar: the cost model on this machine's cached calibration ("" without one),
+    for whole runs of the prompts' mean length."""
     from core.calibration import prediction
-    predicted = {m: prediction(pipe, c)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
+    predicted = {m: prediction(pipe, c, prompt_tokens)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
     for row in summary:
         row["predicted_speedup"] = predicted.get(row["method"]) or row["predicted_speedup"]
 
@@ -202,7 +203,7 @@ def run_bench(args) -> list:
                 step_rows += srows
             write_csv(steps_path, STEP_COLS, step_rows)
     summary = summarize_rows(list(done.values()))
-    add_predictions(summary, pipe, cfgs)
+    add_predictions(summary, pipe, cfgs, sum(len(pipe.prompt_ids(p.text)) for p in prompts) / max(len(prompts), 1))
     write_csv(out / "summary.csv", SUMMARY_COLS, summary)
     return summary
 

@@ -91,8 +91,28 @@ def config_for(pipe, method: str, **over) -> SpecConfig:
 def step_overhead(pipe, method: str, prompt: str, n_new: int, **over) -> float:
     """Mean per-step milliseconds the parts above leave out (the engine's `other` and `gather` timers)."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
-    recs = [r for r in pipe.run(prompt, cfg) if r.kind == "step"]
+    recs = [r for r in pipe.run(prompt, cfg) if r.kind in ("step", "ar")]
     return statistics.mean(r.timing_ms["other"] + r.timing_ms["gather"] for r in recs) if recs else 0.0
+
+
+PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
+
+
+def prefill_curves(pipe, reps: int, ids: list) -> dict:
+    """{"rows": PREFILL_AT, "target": [ms], "draft": [ms]}: the target's pass over a prompt of P rows (with its last
+    row's logits) and the drafter's prefill of it, the parts of a whole run that plain decoding and speculation pay
+    once (the drafter's: speculation alone)."""
+    target, draft = [], []
+    for n in PREFILL_AT:
+        prompt, logits, feats = prefilled(pipe, n, ids)
+
+        def target_pass(prompt=prompt, n=n):
+            pipe.target.reset()
+            h, _ = pipe.target.forward(prompt, torch.arange(n), None)
+            pipe.target.logits(h[-1:])
+        target.append(ms(target_pass, reps))
+        draft.append(ms(lambda: pipe.drafter.prefill(prompt, int(logits[-1].argmax()), feats), reps))
+    return {"rows": list(PREFILL_AT), "target": target, "draft": draft}
 
 
 def direct(fn, *args):
@@ -118,9 +138,12 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
         other[m] = run(step_overhead, pipe, m, prompt, 24)
     progress("bookkeeping per step: the context alone")
     other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, shape=CONTEXT, context="on"))
+    other["ar"] = run(step_overhead, pipe, "ar", prompt, 24)
+    progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
+    prefill = run(prefill_curves, pipe, args.reps, ids)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
-            "head": heads, "other": other}
+            "head": heads, "other": other, "prefill": prefill}
 
 
 # ---------------------------------------------------------------- measuring acceptance

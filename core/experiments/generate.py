@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
                dtype=str(pipe.model.dtype).removeprefix("torch."), shape=shape_label(cfg), shape_note=shape_note)
     if cfg.method != "ar":
-        out.update(prediction(pipe, cfg))
+        out.update(prediction(pipe, cfg, len(pipe.prompt_ids(args.prompt, not args.no_chat))))
     if args.compare_ar:
         ar, ar_wall = run_once(pipe, args.prompt, replace(cfg, method="ar"), not args.no_chat)
         cmp = compare_to_ar(records, ar)

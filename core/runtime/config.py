@@ -15,6 +15,8 @@ class FastConfig:
     # a GGUF model's products: auto (bf16 where AMX / AVX512-BF16 run them, else int8) | bf16 (the model's own bf16
     # weights rebuilt from the codes, gguf_codes.py) | int8 (llama.cpp's int8 activations on the raw blocks, gguf_q8.py)
     codes_math: str = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_MATH", "auto").strip().lower())
+    # every layer of a pass in one C call where all matrices are int8 blocks (cpu_layer.Q8Layers; same floats)
+    one_call: bool = field(default_factory=lambda: os.environ.get("SPECLENS_ONE_CALL", "1") != "0")
 
 
 @dataclass

@@ -16,11 +16,12 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from core.kernels.cpu import gguf_q8
+from core.kernels.cpu import cpu_layer, gguf_q8, isa
 from core.runtime.config import Arch, FastConfig
 from core.runtime.runner import EagerRunner
 from core.runtime.weights import (
     MATRICES,
+    PREFILL_ROWS,
     QUANTS,
     arch_of,
     exact_pads,
@@ -55,19 +56,19 @@ def attention(q, kt, v, bias, a: Arch, S: int):
 
 def layer_forward(x, w: dict, kt, vc, cos, sin, bias, start: int, a: Arch):
     """One decoder layer on x [n, d]; writes its new keys into kt columns, values into vc rows [start, start + n)."""
-    n, H, K = x.shape[0], a.n_heads, a.n_kv
+    n, H, K, pre = x.shape[0], a.n_heads, a.n_kv, start == 0
     h = rms(x, w["ln1"], a.eps)
-    qkv = mm(h, w["wqkv"]) if w["bqkv"] is None else mm(h, w["wqkv"]) + w["bqkv"]
+    qkv = mm(h, w["wqkv"], pre) if w["bqkv"] is None else mm(h, w["wqkv"], pre) + w["bqkv"]
     qkv = qkv.view(n, H + 2 * K, a.hd)
     q, k, v = qkv[:, :H], qkv[:, H:H + K], qkv[:, H + K:]
     if a.qk_norm:
         q, k = rms(q, w["qn"], a.eps), rms(k, w["kn"], a.eps)
     q, k = rope(q, cos, sin), rope(k, cos, sin)
     kt[:, :, start:start + n], vc[:, start:start + n] = k.permute(1, 2, 0), v.transpose(0, 1)
-    o = mm(attention(q, kt, vc, bias, a, start + n), w["wo"]).to(x.dtype)
+    o = mm(attention(q, kt, vc, bias, a, start + n), w["wo"], pre).to(x.dtype)
     x = x + (rms(o, w["ln_att"], a.eps) if a.sandwich else o)
-    gu = mm(rms(x, w["ln2"], a.eps), w["wgu"])
-    m = mm(a.act(gu[:, :a.ffn]) * gu[:, a.ffn:], w["wd"])
+    gu = mm(rms(x, w["ln2"], a.eps), w["wgu"], pre)
+    m = mm(a.act(gu[:, :a.ffn]) * gu[:, a.ffn:], w["wd"], pre)
     return x + (rms(m, w["ln_mlp"], a.eps) if a.sandwich else m)
 
 
@@ -75,14 +76,29 @@ def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch,
     """All decoder layers on x [n, d] fp32 (updated in place to the last layer's output) with the fused C
     kernels between the GEMMs: 4 GEMMs + 4 kernel calls per layer. Returns rms(x) * final_w as `dtype`."""
     from core.kernels.cpu import cpu_layer as k
-    h = k.rms_cast(x, layers[0]["ln1"], a.eps, dtype)
+    h, pre = k.rms_cast(x, layers[0]["ln1"], a.eps, dtype), start == 0
     for i, (w, kt, v) in enumerate(zip(layers, kts, vs)):
-        att = k.attend(mm(h, w["wqkv"]), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
+        att = k.attend(mm(h, w["wqkv"], pre), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
                        start, biases[w["window"]], a, dtype)
-        h = k.add_rms(x, mm(att, w["wo"]), w.get("ln_att"), w["ln2"], a.eps, dtype)
-        m = mm(k.act_mul(mm(h, w["wgu"]), a.act_id, dtype), w["wd"])
+        h = k.add_rms(x, mm(att, w["wo"], pre), w.get("ln_att"), w["ln2"], a.eps, dtype)
+        m = mm(k.act_mul(mm(h, w["wgu"], pre), a.act_id, dtype), w["wd"], pre)
         h = k.add_rms(x, m, w.get("ln_mlp"), layers[i + 1]["ln1"] if i + 1 < len(layers) else final_w, a.eps, dtype)
     return h
+
+
+def one_call(runner) -> "cpu_layer.Q8Layers | None":
+    """Every layer in one C call where the fused kernels run and all of a runner's layer matrices are int8 blocks of
+    one q8_mm variant (none quantized for the draft), with fp32 or bf16 weights; None otherwise."""
+    if not (runner.kernels and runner.fast_cfg.one_call and runner.dtype in (torch.float32, torch.bfloat16)):
+        return None
+    forms = [w[k] for w in runner.layers for k in MATRICES]
+    if not all(isinstance(f.codes, gguf_q8.RawCodes) and f.quant is None for f in forms):
+        return None
+    variants = {f.codes.variant or isa.q8_variant() for f in forms}
+    if len(variants) != 1 or (v := variants.pop()) not in isa.q8_variants():
+        return None
+    ropes, windows = sorted({w["rope"] for w in runner.layers}, key=str), sorted({w["window"] for w in runner.layers}, key=str)
+    return cpu_layer.Q8Layers(runner.layers, runner.norm_w, isa.Q8[v][0], ropes, windows)
 
 
 def tree_bias(mask, n: int, C: int, P: int, dtype):
@@ -133,6 +149,7 @@ class FastRunner:
         labels = sorted(set(used), key=used.index)  # e.g. ["amx-bf16"], ["avx2-int8"], ["amx-bf16", "avx512-vnni-int8"]
         self.on_codes, self.codes_variant = bool(used), " + ".join(labels)
         self.codes_int8 = any(gguf_q8.is_label(v) for v in labels)
+        self.one_call = one_call(self)
         self._alloc(self.fast_cfg.max_len)
         self.reset()
 
@@ -173,6 +190,8 @@ class FastRunner:
         self.n_pending += n
         if self.kernels:
             rope = {k: (cos[pos], sin[pos]) for k, (cos, sin) in self.rope.items()}
+            if self.one_call is not None and not (start == 0 and n >= PREFILL_ROWS):  # (a prefill: weights.mm)
+                return self.one_call(x, rope, bias, self.kt, self.v, start, a, self.dtype), x.to(self.dtype)
             return (fused_layers(x, self.layers, self.kt, self.v, rope, bias, start, self.norm_w, a, self.dtype),
                     x.to(self.dtype))
         rope = {k: (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)) for k, (cos, sin) in self.rope.items()}
@@ -190,8 +209,10 @@ class FastRunner:
         return out
 
     def logits(self, hidden):
-        """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any)."""
-        z = mm(hidden.to(self.act), self.head_t).float()
+        """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any). The prompt's rows (the engine asks
+        for them after committing the prompt's pass, nothing pending) take mm's prefill route."""
+        prefill = self.n_pending == 0 and hidden.shape[0] == self.n_committed
+        z = mm(hidden.to(self.act), self.head_t, prefill).float()
         return torch.tanh(z / self.softcap) * self.softcap if self.softcap else z
 
     def commit(self, keep) -> None:

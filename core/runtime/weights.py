@@ -52,6 +52,7 @@ QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group
 INT4_GROUP = 64
 
 
+PREFILL_ROWS = 8  # a prompt's pass of this many rows or more multiplies by the plain copy beside int8 blocks (mm)
 QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's
 
 
@@ -236,9 +237,12 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
         w["ln_mlp"] = norm_w(layer.post_feedforward_layernorm, a)
     for k, lins in fused.items():
         on_codes = codes.get(f"{i}.{k}")
-        if isinstance(on_codes, list):  # raw blocks, matched on the linears' own rows: no fused copy to build
-            w[k] = codes_forms(on_codes, [lin.weight.detach() for lin in lins])
+        if isinstance(on_codes, list):  # raw blocks, matched on the linears' own rows, beside the plain fused copy
+            w[k] = codes_forms(on_codes, [lin.weight.detach() for lin in lins])  # (which the prompt's prefill runs)
             if w[k] is not None:
+                wt = fuse_t(*lins)
+                rebind(lins, wt)  # the model's own weights become views of it: no second copy
+                w[k] = w[k]._replace(plain=wt)
                 continue
             on_codes = None
         wt = fuse_t(*lins)
@@ -363,11 +367,13 @@ def head_weights(model, fast_cfg: FastConfig, codes: dict):
     layout: the draft heads gather its rows (a column-major view makes each row 576 cache misses) and the
     embedding (often tied) gathers them too; the GEMV reads its own transposed copy."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    w = head.weight.detach()
+    on_codes = codes_forms(codes.get("head"), w)
+    if on_codes is not None and isinstance(on_codes.codes, gguf_q8.RawCodes):
+        on_codes = on_codes._replace(plain=w.t())  # a view, for the prompt's rows (mm's prefill)
     if fast_cfg.layout == "packed":
-        w = head.weight.detach()
-        return emb.weight.detach(), codes_forms(codes.get("head"), w) or Forms(packed=pack(w)), w
-    on_codes = codes_forms(codes.get("head"), head.weight)
-    return emb.weight.detach(), on_codes or forms(head.weight.detach().t().contiguous(), fast_cfg), head.weight.detach()
+        return emb.weight.detach(), on_codes or Forms(packed=pack(w)), w
+    return emb.weight.detach(), on_codes or forms(w.t().contiguous(), fast_cfg), w
 
 
 @torch.no_grad()
@@ -400,13 +406,17 @@ def rope_table(model, n: int, dtype, layer_type=None):
     return cos.contiguous(), torch.cat([-sin[:, :half], sin[:, half:]], -1).contiguous()
 
 
-def mm(x, w: Forms):
+def mm(x, w: Forms, prefill: bool = False):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
-    for up to QUANT_ROWS rows, else on the GGUF's codes if set, else packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one
-    bmm over L2-sized blocks)."""
+    for up to QUANT_ROWS rows, else on the GGUF's codes if set, else packed (oneDNN) if set, else plain for one row
+    (GEMV), blocked for more (one bmm over L2-sized blocks). prefill (the prompt's pass of PREFILL_ROWS rows or more,
+    the same pass for plain decoding and every method): the plain copy beside int8 blocks, whose integer dots cost
+    ~1 ms per row per 100M weights there."""
     plain, blocked, packed, quant, codes = w
     if quant is not None and x.shape[0] <= QUANT_ROWS:
         return cast(quant_mm(x, quant), x.dtype)
+    if prefill and plain is not None and isinstance(codes, gguf_q8.RawCodes) and x.shape[0] >= PREFILL_ROWS:
+        return cast(cast(x, plain.dtype) @ plain, x.dtype)
     if codes is not None:  # each row comes out the same whatever n is
         product = gguf_q8.q8_mm if isinstance(codes, gguf_q8.RawCodes) else gguf_codes.codes_mm
         return cast(product(x, codes), x.dtype)

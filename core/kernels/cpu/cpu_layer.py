@@ -4,7 +4,8 @@ cached by source + compiler + CPU, loaded with ctypes. Their torch reference is 
 model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
 gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
-(`q8_mm`, AVX2 / AVX-VNNI / AVX512-VNNI: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py).
+(`q8_mm`, AVX2 / AVX-VNNI / AVX512-VNNI: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py)
+and layers_q8.c (every layer of a pass in one call where all matrices are int8 blocks: `Q8Layers`).
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c")]
 HEADERS = [Path(__file__).with_name("gguf_q8_dot.h")]  # included by gguf_q8.c: part of the build's key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -35,6 +36,8 @@ SIGNATURES = {
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
+    "layers_q8": [ctypes.c_int, P, I, I, P, I, P, F, P, P, P, P, P, I, I, I, I, I, F, I, ctypes.c_int, P, ctypes.c_int,
+                  ctypes.c_int],
 }
 INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must be a multiple of this
 _why = []
@@ -176,3 +179,44 @@ def amx_ok() -> bool:
     """Whether the AMX kernels (gguf_mm.c) run here: built with AMX-BF16 and Linux granted this process the tile
     state (asked once; they need it)."""
     return lib() is not None and bool(lib().codes_ok())
+
+
+class Q8Mat(ctypes.Structure):
+    _fields_ = [("types", P), ("off", P), ("raw", P), ("kinds", I), ("k", I), ("n", I)]
+
+
+class Q8Layer(ctypes.Structure):
+    _fields_ = [("qkv", Q8Mat), ("o", Q8Mat), ("gu", Q8Mat), ("d", Q8Mat), ("bqkv", P), ("qn", P), ("kn", P),
+                ("ln_att", P), ("ln2", P), ("ln_mlp", P), ("ln_next", P), ("rope", I), ("window", I)]
+
+
+def q8_mat(c) -> Q8Mat:
+    return Q8Mat(c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(), c.kinds, c.k, c.n)
+
+
+class Q8Layers:
+    """Every layer of a pass in one C call (layers_q8.c) for layers whose four matrices are all int8 blocks (RawCodes
+    of one q8_mm variant): the same kernels and dtypes as core/runtime/fast.py's fused_layers, bit for bit."""
+
+    def __init__(self, layers: list, final_w, variant_id: int, ropes: list, windows: list):
+        self.keep = (layers, final_w)  # the pointers below point into these
+        self.variant, self.ropes, self.windows = variant_id, ropes, windows
+        nxt = [w["ln1"] for w in layers[1:]] + [final_w]
+        self.table = (Q8Layer * len(layers))(*[
+            Q8Layer(q8_mat(w["wqkv"].codes), q8_mat(w["wo"].codes), q8_mat(w["wgu"].codes), q8_mat(w["wd"].codes),
+                    ptr(w["bqkv"]), ptr(w.get("qn")), ptr(w.get("kn")), ptr(w.get("ln_att")), w["ln2"].data_ptr(),
+                    ptr(w.get("ln_mlp")), ln.data_ptr(), ropes.index(w["rope"]), windows.index(w["window"]))
+            for w, ln in zip(layers, nxt)])
+        self.ln1 = layers[0]["ln1"]
+
+    def __call__(self, x, rope: dict, biases: dict, kt, v, start: int, a, dtype):
+        """x [n, d] fp32, updated in place to the last layer's output; returns rms(x) * final_w as `dtype`."""
+        n, d = x.shape
+        out = torch.empty(n, d, dtype=dtype)
+        cos = (P * len(self.ropes))(*[rope[r][0].data_ptr() for r in self.ropes])
+        sin = (P * len(self.ropes))(*[rope[r][1].data_ptr() for r in self.ropes])
+        bias = (P * len(self.windows))(*[biases[w].data_ptr() for w in self.windows])
+        lib().layers_q8(self.variant, x.data_ptr(), n, d, self.table, len(self.table), self.ln1.data_ptr(), a.eps, cos,
+                        sin, bias, kt.data_ptr(), v.data_ptr(), kt.shape[-1], start, a.n_heads, a.n_kv, a.hd, a.scale,
+                        a.ffn, a.act_id, out.data_ptr(), is_bf16(out), torch.get_num_threads())
+        return out
