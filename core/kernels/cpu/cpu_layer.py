@@ -35,7 +35,7 @@ SIGNATURES = {
     "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
-    "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
+    "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, P, P, ctypes.c_int],
     "layers_q8": [ctypes.c_int, P, I, I, P, I, P, F, P, P, P, P, P, I, I, I, I, I, F, I, ctypes.c_int, P, ctypes.c_int,
                   ctypes.c_int],
 }
@@ -182,7 +182,7 @@ def amx_ok() -> bool:
 
 
 class Q8Mat(ctypes.Structure):
-    _fields_ = [("types", P), ("off", P), ("raw", P), ("kinds", I), ("k", I), ("n", I)]
+    _fields_ = [("types", P), ("off", P), ("raw", P), ("kinds", I), ("k", I), ("n", I), ("x8", P), ("x8_off", P)]
 
 
 class Q8Layer(ctypes.Structure):
@@ -191,7 +191,7 @@ class Q8Layer(ctypes.Structure):
 
 
 def q8_mat(c) -> Q8Mat:
-    return Q8Mat(c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(), c.kinds, c.k, c.n)
+    return Q8Mat(c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(), c.kinds, c.k, c.n, ptr(c.x8), ptr(c.x8_off))
 
 
 class Q8Layers:

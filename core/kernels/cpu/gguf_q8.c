@@ -18,7 +18,8 @@
 
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };  /* ggml's type ids */
 #define RB 16  /* most rows per pass over one output's blocks (a verify's tree + 1 fits one pass) */
-#define OB 8   /* outputs per scheduling unit */
+#define OB 8   /* outputs per scheduling unit, and per interleaved group (X8) */
+#define X8_BYTES(type) ((type) == Q8_0 ? 272 : (type) == Q4_1 ? 160 : 144)  /* one block of an interleaved group */
 
 typedef struct {
     int k;
@@ -79,14 +80,17 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define N(f) f##_avxvnni
 #define DPWSSD(a, p, s) _mm256_dpwssd_avx_epi32(a, p, s)
 #define DPBUSD(q, x) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, x)
+#define U8_SAFE
 #include "gguf_q8_dot.h"
 #undef TARGET
 #undef N
 #undef DPWSSD
 #undef DPBUSD
+#undef U8_SAFE
 #else
 #define AVXVNNI_HERE() 0
 #define dot_avxvnni dot_avx2
+#define dot8_avxvnni dot8_avx2
 #endif
 
 #define TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
@@ -94,6 +98,7 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define DPWSSD(a, p, s) _mm256_dpwssd_epi32(a, p, s)
 #define DPBUSD(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x)
 #define WIDE
+#define U8_SAFE
 #include "gguf_q8_dot.h"
 
 enum { V_AVX2 = 0, V_AVXVNNI = 1, V_AVX512 = 2 };  /* q8_mm's variants; q8_isa's bit (1 << v) says one runs here */
@@ -120,9 +125,16 @@ static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, in
     else dot_avx2(type, R, w, a, r0, y, n);
 }
 
-/* x [m, k] fp32; types [n] (ggml ids), off [n] byte offsets of each output row's blocks in raw; y [m, n] fp32 */
+static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
+    if (variant == V_AVX512) dot8_avx512(type, R, g, a, r0, y, n);
+    else if (variant == V_AVXVNNI) dot8_avxvnni(type, R, g, a, r0, y, n);
+    else dot8_avx2(type, R, g, a, r0, y, n);
+}
+
+/* x [m, k] fp32; types [n] (ggml ids), off [n] byte offsets of each output row's blocks in raw; y [m, n] fp32;
+ * x8_off [n / OB] (or NULL): where output group g's interleaved blocks start in x8, -1 for a group that has none */
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
-           const uint8_t *raw, int kinds, float *y, int threads) {
+           const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads) {
     Act a = {k, NULL, NULL, NULL, NULL, NULL, NULL};
     int passes = (m + RB - 1) / RB, per_pass = (m + passes - 1) / passes;  /* even passes: 17 rows = 9 + 8 */
     if (kinds & 1) {
@@ -136,12 +148,20 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         #pragma omp for schedule(static)
         for (int i = 0; i < m; i++) quant_row(x + (size_t)i * k, &a, i);
         #pragma omp for schedule(static)
-        for (int o0 = 0; o0 < n; o0 += OB)
+        for (int o0 = 0; o0 < n; o0 += OB) {
+            int64_t gx = x8_off && o0 + OB <= n ? x8_off[o0 / OB] : -1;
+            if (gx >= 0) {
+                ahead(x8 + gx, (int64_t)(k / 32) * X8_BYTES(types[o0]));
+                for (int r0 = 0; r0 < m; r0 += per_pass)
+                    dot8(variant, types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, &a, r0, y + o0, n);
+                continue;
+            }
             for (int r0 = 0; r0 < m; r0 += per_pass)
                 for (int o = o0; o < o0 + OB && o < n; o++) {
                     if (r0 == 0) ahead(raw + off[o], o + 1 < n ? off[o + 1] - off[o] : 0);
                     dot(variant, types[o], r0 + per_pass < m ? per_pass : m - r0, raw + off[o], &a, r0, y + o, n);
                 }
+        }
     }
     free(a.q256), free(a.d256), free(a.bs16), free(a.q32), free(a.d32), free(a.s32);
 }
@@ -149,7 +169,8 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
 #else
 int q8_isa(void) { return 0; }
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
-           const uint8_t *raw, int kinds, float *y, int threads) {
+           const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads) {
     (void)variant; (void)x; (void)m; (void)k; (void)n; (void)types; (void)off; (void)raw; (void)kinds; (void)y; (void)threads;
+    (void)x8; (void)x8_off;
 }
 #endif

@@ -22,6 +22,8 @@ BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
 TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
+X8 = 8  # outputs per interleaved group (OB in gguf_q8.c)
+X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q8_0": 272}  # the interleaved types: bytes per block of a group (X8_BYTES)
 
 
 class RawCodes(NamedTuple):
@@ -34,10 +36,13 @@ class RawCodes(NamedTuple):
     kinds: int           # bit 0: some rows are K types, bit 1: some are 32-input types
     parts: tuple = ()    # ((kind, first row, rows), ...) for `matches`
     variant: str = ""    # the q8_mm variant that multiplies them (isa.Q8), fixed at load; "" = isa.q8_variant()
+    x8: torch.Tensor | None = None      # uint8: groups of X8 outputs interleaved per block (pack_x8)
+    x8_off: torch.Tensor | None = None  # int64 [ceil(n / X8)]: where each group starts in x8, -1: not interleaved
 
     @property
     def nbytes(self) -> int:
-        return self.raw.numel() + self.off.numel() * 8 + self.types.numel()
+        extra = 0 if self.x8 is None else self.x8.numel() + self.x8_off.numel() * 8
+        return self.raw.numel() + self.off.numel() * 8 + self.types.numel() + extra
 
     @property
     def label(self) -> str:
@@ -73,8 +78,52 @@ def matrix_raw(parts: list) -> RawCodes:
     off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     kinds = (1 if any(p[0] in K_TYPES for p in parts) else 0) | (2 if any(p[0] not in K_TYPES for p in parts) else 0)
     raw = np.concatenate([r.reshape(-1) for r in rows])
+    x8, x8_off = interleaved(spans, rows, at, k) if interleave() else (None, None)
     return RawCodes(at, k, torch.from_numpy(np.concatenate(types)), torch.from_numpy(off), torch.from_numpy(raw),
-                    kinds, tuple(spans), isa.q8_variant())
+                    kinds, tuple(spans), isa.q8_variant(), x8, x8_off)
+
+
+def interleave() -> bool:
+    """SPECLENS_Q8_INTERLEAVE=0 keeps every output on its own blocks (the A/B of pack_x8)."""
+    import os
+    return os.environ.get("SPECLENS_Q8_INTERLEAVE", "1") != "0"
+
+
+def interleaved(spans: list, rows: list, n: int, k: int) -> tuple:
+    """(x8 uint8, x8_off int64 [ceil(n / X8)]): every whole group of X8 outputs of an interleaved type that starts at a
+    multiple of X8, packed by pack_x8; (None, None) where there is none."""
+    x8_off, chunks, at = np.full(-(-n // X8), -1, np.int64), [], 0
+    for (kind, first, count), r in zip(spans, rows):
+        if kind not in X8_KINDS or first % X8:
+            continue
+        groups = count // X8
+        if groups == 0:
+            continue
+        packed = pack_x8(kind, r[:groups * X8], k)  # [groups, bytes]
+        x8_off[first // X8:first // X8 + groups] = at + np.arange(groups, dtype=np.int64) * packed.shape[1]
+        chunks.append(packed.reshape(-1))
+        at += packed.size
+    if not chunks:
+        return None, None
+    return torch.from_numpy(np.concatenate(chunks)), torch.from_numpy(x8_off)
+
+
+def pack_x8(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows [G·X8, bytes] of one 32-input type -> [G, blocks · X8_KINDS[kind]]: per group and block, the X8 outputs'
+    codes interleaved in 4-code groups (lane j = output j: gguf_q8_dot.h's dot_x8), then their d (fp16), then Q4_1's m."""
+    nb, bs = k // 32, BLOCK[kind][1]
+    b = rows.reshape(-1, X8, nb, bs)  # [G, X8, blocks, bytes]
+    if kind == "Q8_0":
+        u = (b[..., 2:34].view(np.int8).astype(np.int16) + 128).astype(np.uint8)  # [G, X8, nb, 32]
+    else:
+        qs = b[..., 4:20] if kind == "Q4_1" else b[..., 2:18]
+        u = np.concatenate([qs & 0x0F, qs >> 4], -1)  # ggml: input j < 16 in byte j's low nibble, j + 16 in its high
+    u = u.reshape(*u.shape[:3], 8, 4).transpose(0, 2, 3, 1, 4)  # [G, nb, t, X8, 4]: t = the 4-input group
+    codes = u if kind == "Q8_0" else u[:, :, :4] | (u[:, :, 4:] << 4)
+    scales = [b[..., 0:2]] + ([b[..., 2:4]] if kind == "Q4_1" else [])  # fp16 d (m): [G, X8, nb, 2]
+    parts = [codes.reshape(*codes.shape[:2], -1)] + [sc.transpose(0, 2, 1, 3).reshape(*sc.shape[:1], nb, -1)
+                                                     for sc in scales]
+    return np.concatenate(parts, -1).reshape(b.shape[0], -1)
 
 
 def available() -> bool:
@@ -97,7 +146,7 @@ def q8_mm(x, c: RawCodes):
     x = x.float().contiguous()
     y = torch.empty(x.shape[0], c.n)
     cpu_layer.lib().q8_mm(isa.Q8[v][0], x.data_ptr(), x.shape[0], c.k, c.n, c.types.data_ptr(), c.off.data_ptr(), c.raw.data_ptr(),
-                          c.kinds, y.data_ptr(), torch.get_num_threads())
+                          c.kinds, cpu_layer.ptr(c.x8), cpu_layer.ptr(c.x8_off), y.data_ptr(), torch.get_num_threads())
     return y
 
 

@@ -189,6 +189,75 @@ INL void N(dot_b32)(const int R, int type, const uint8_t *w, const Act *a, int r
     for (int i = r0; i < r0 + R; i++) y[(size_t)i * n] = N(hsum)(_mm256_add_ps(acc[i - r0][0], acc[i - r0][1])) + acc_off[i - r0];
 }
 
+/* X8: 8 outputs of a Q4_0 / Q4_1 / Q8_0 matrix interleaved per block (gguf_q8.py: pack_x8), lane j = output j.
+ * Per block: codes u (Q4: two per byte, vector j's low nibbles the 4-code group t = j, high ones t = j + 4; Q8_0:
+ * u = q + 128, one vector per t), then the 8 outputs' d (fp16), then Q4_1's 8 m (fp16). Per row and block:
+ *   s = Σ_t u_t · x[4t .. 4t+3] (one broadcast input group, 8 outputs at once) − off · Σx      (exact integers)
+ *   acc += s · (d · dx)       Q4_1: accm += m · (dx · Σx)      y = acc + accm
+ * so the scales cost one vector per 8 outputs. Q8_0's u reach 255, past what vpmaddubsw's pairs hold: without VNNI
+ * they are split into nibbles (16 · hi + lo), the same integers. */
+#ifdef U8_SAFE
+#define DPU8(w, x) DPBUSD(w, x)
+#else
+INL __m256i N(dpu8)(__m256i w, __m256i x) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i hi = DPBUSD(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), x), lo = DPBUSD(_mm256_and_si256(w, m4), x);
+    return _mm256_add_epi32(_mm256_slli_epi32(hi, 4), lo);
+}
+#define DPU8(w, x) N(dpu8)(w, x)
+#endif
+
+INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
+    __m256 acc[RB], accm[RB];
+    for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *p = g + (size_t)gb * b;
+        __m256i w[8];
+        if (type == Q8_0) {
+            for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(p + 32 * t));
+        } else {
+            for (int j = 0; j < 4; j++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * j));
+                w[j] = _mm256_and_si256(v, m4), w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+        }
+        const uint8_t *sc = p + (type == Q8_0 ? 256 : 128);
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
+        __m256 m = type == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16))) : _mm256_setzero_ps();
+        for (int i = r0; i < r0 + R; i++) {
+            size_t at = (size_t)i * nb + b;
+            const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
+            __m256i s = _mm256_setzero_si256();
+            for (int t = 0; t < 8; t++) {
+                int32_t x4;
+                memcpy(&x4, xq + 4 * t, 4);
+                __m256i xb = _mm256_set1_epi32(x4);
+                s = _mm256_add_epi32(s, type == Q8_0 ? DPU8(w[t], xb) : DPBUSD(w[t], xb));
+            }
+            if (off) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * a->s32[at]));
+            float dx = a->d32[at];
+            acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[i - r0]);
+            if (type == Q4_1) accm[i - r0] = _mm256_fmadd_ps(m, _mm256_set1_ps(dx * (float)a->s32[at]), accm[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) {
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_add_ps(acc[i - r0], accm[i - r0]));
+        memcpy(y + (size_t)i * n, out, sizeof out);
+    }
+}
+#undef DPU8
+
+FN static void N(dot8)(int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
+    #define D8(r) case r: { if (type == Q8_0) N(dot_x8)(r, Q8_0, g, a, r0, y, n); \
+                            else if (type == Q4_1) N(dot_x8)(r, Q4_1, g, a, r0, y, n); \
+                            else N(dot_x8)(r, Q4_0, g, a, r0, y, n); } break;
+    switch (R) { D8(1) D8(2) D8(3) D8(4) D8(5) D8(6) D8(7) D8(8) D8(9) D8(10) D8(11) D8(12) D8(13) D8(14) D8(15) D8(16) }
+    #undef D8
+}
+
 /* one output's dot products with rows r0 .. r0 + R, R a constant in each case (accumulators in registers) */
 FN static void N(dot)(int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
     #define D(r) case r: { if (type == Q4_K) N(dot_q4k)(r, w, a, r0, y, n); \

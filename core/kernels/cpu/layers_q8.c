@@ -17,10 +17,11 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
             const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
             const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob);
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
-           const uint8_t *raw, int kinds, float *y, int threads);
+           const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads);
 
 typedef struct {
     const uint8_t *types; const int64_t *off; const uint8_t *raw; int64_t kinds, k, n;
+    const uint8_t *x8; const int64_t *x8_off;  /* interleaved groups (NULL: none) */
 } Q8Mat;
 
 typedef struct {
@@ -52,7 +53,8 @@ static void from_f32(const float *src, int ob, int64_t len, void *dst) {
 /* y (as ob) = x (as ob) @ Wᵀ through q8_mm's fp32 interface, as weights.mm's cast(q8_mm(x.float()), x.dtype) */
 static void q8(int variant, const Q8Mat *w, const void *x, int64_t n, int ob, float *xf, float *yf, void *y, int threads) {
     const float *in = to_f32(x, ob, n * w->k, xf);
-    q8_mm(variant, in, (int)n, (int)w->k, (int)w->n, w->types, w->off, w->raw, (int)w->kinds, yf, threads);
+    q8_mm(variant, in, (int)n, (int)w->k, (int)w->n, w->types, w->off, w->raw, (int)w->kinds, w->x8, w->x8_off, yf,
+          threads);
     from_f32(yf, ob, n * w->n, y);
 }
 
