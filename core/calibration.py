@@ -44,8 +44,11 @@ def machine() -> dict:
 
 
 def calibration_key(pipe) -> dict:
+    """What a calibration's costs depend on: the machine, the model pair, the runtime and dtype, the kernels' code."""
+    from core.runtime.fast import kernels_id
     return {"machine": machine(), "model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
-            "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch.")}
+            "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch."),
+            "kernels": kernels_id()}
 
 
 def costs_path(key: dict) -> Path:

@@ -80,6 +80,13 @@ def test_a_calibration_belongs_to_one_machine_model_runtime_and_thread_count(pip
     assert calibration.costs_path(calibration.calibration_key(pipe)) == base
 
 
+def test_a_calibration_goes_stale_when_the_kernels_code_changes(pipe, monkeypatch):
+    from core.kernels.cpu import cpu_layer
+    base = calibration.costs_path(calibration.calibration_key(pipe))
+    monkeypatch.setattr(cpu_layer, "sources_id", lambda: "another-build")
+    assert calibration.costs_path(calibration.calibration_key(pipe)) != base
+
+
 def test_the_prediction_says_how_to_calibrate_where_nothing_is_cached(pipe, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     monkeypatch.setattr(calibration, "ASSETS", tmp_path)

@@ -86,6 +86,11 @@ def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch,
     return h
 
 
+def kernels_id() -> str:
+    """The CPU kernels' code, as a digest of their sources (cpu_layer.sources_id)."""
+    return cpu_layer.sources_id()
+
+
 def one_call(runner) -> "cpu_layer.Q8Layers | None":
     """Every layer in one C call where the fused kernels run and all of a runner's layer matrices are int8 blocks of
     one q8_mm variant (none quantized for the draft), with fp32 or bf16 weights; None otherwise."""

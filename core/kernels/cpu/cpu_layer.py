@@ -56,6 +56,11 @@ def cpu_id() -> str:
         return platform.processor()
 
 
+def sources_id() -> str:
+    """A digest of the kernels' sources: another one is other code (a calibration keeps it in its key)."""
+    return hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES + HEADERS)).hexdigest()[:16]
+
+
 def build(cc: str = "cc") -> Path:
     """Compile SOURCES for this CPU (-march=native) into one library in the cache; the
     cached .so when it exists."""
