@@ -150,6 +150,18 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         #pragma omp for schedule(static)
         for (int o0 = 0; o0 < n; o0 += OB) {
             int64_t gx = x8_off && o0 + OB <= n ? x8_off[o0 / OB] : -1;
+            if (gx >= 0 && variant == V_AVX512 && (o0 / OB) % 2 == 0 && o0 + 2 * OB <= n && x8_off[o0 / OB + 1] >= 0 &&
+                types[o0 + OB] == types[o0]) {  /* this group and the next in zmm; the next one's turn then skips */
+                int64_t g1 = x8_off[o0 / OB + 1];
+                ahead(x8 + gx, (int64_t)(k / 32) * X8_BYTES(types[o0]));
+                ahead(x8 + g1, (int64_t)(k / 32) * X8_BYTES(types[o0]));
+                for (int r0 = 0; r0 < m; r0 += per_pass)
+                    dot16_avx512(types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n);
+                continue;
+            }
+            if (gx >= 0 && variant == V_AVX512 && (o0 / OB) % 2 == 1 && x8_off[o0 / OB - 1] >= 0 &&
+                types[o0 - OB] == types[o0])
+                continue;  /* done with the group before it */
             if (gx >= 0) {
                 ahead(x8 + gx, (int64_t)(k / 32) * X8_BYTES(types[o0]));
                 for (int r0 = 0; r0 < m; r0 += per_pass)

@@ -248,6 +248,63 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
         memcpy(y + (size_t)i * n, out, sizeof out);
     }
 }
+#ifdef WIDE
+/* two groups at once in zmm (outputs o0 .. o0 + 15 when both are interleaved in one type): the same lanes' arithmetic */
+INL __m512i N(pair)(const uint8_t *g0, const uint8_t *g1, int at) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(g0 + at))),
+                              _mm256_loadu_si256((const __m256i *)(g1 + at)), 1);
+}
+
+INL __m512 N(pair_ph)(const uint8_t *g0, const uint8_t *g1, int at) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g0 + at)))),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g1 + at))), 1);
+}
+
+INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
+    __m512 acc[RB], accm[RB];
+    for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int b = 0; b < nb; b++) {
+        int at = gb * b;
+        __m512i w[8];
+        if (type == Q8_0) {
+            for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
+        } else {
+            for (int j = 0; j < 4; j++) {
+                __m512i v = N(pair)(g0, g1, at + 32 * j);
+                w[j] = _mm512_and_si512(v, m4), w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+        }
+        int sc = at + (type == Q8_0 ? 256 : 128);
+        __m512 d = N(pair_ph)(g0, g1, sc);
+        __m512 m = type == Q4_1 ? N(pair_ph)(g0, g1, sc + 16) : _mm512_setzero_ps();
+        for (int i = r0; i < r0 + R; i++) {
+            size_t ai = (size_t)i * nb + b;
+            const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
+            __m512i s = _mm512_setzero_si512();
+            for (int t = 0; t < 8; t++) {
+                int32_t x4;
+                memcpy(&x4, xq + 4 * t, 4);
+                s = _mm512_add_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[t], _mm512_set1_epi32(x4)));
+            }
+            if (off) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * a->s32[ai]));
+            float dx = a->d32[ai];
+            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[i - r0]);
+            if (type == Q4_1) accm[i - r0] = _mm512_fmadd_ps(m, _mm512_set1_ps(dx * (float)a->s32[ai]), accm[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, _mm512_add_ps(acc[i - r0], accm[i - r0]));
+}
+
+FN static void N(dot16)(int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
+    #define D16(r) case r: { if (type == Q8_0) N(dot_x16)(r, Q8_0, g0, g1, a, r0, y, n); \
+                             else if (type == Q4_1) N(dot_x16)(r, Q4_1, g0, g1, a, r0, y, n); \
+                             else N(dot_x16)(r, Q4_0, g0, g1, a, r0, y, n); } break;
+    switch (R) { D16(1) D16(2) D16(3) D16(4) D16(5) D16(6) D16(7) D16(8) D16(9) D16(10) D16(11) D16(12) D16(13) D16(14) D16(15) D16(16) }
+    #undef D16
+}
+#endif
 #undef DPU8
 
 FN static void N(dot8)(int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
