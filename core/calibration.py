@@ -132,6 +132,17 @@ def ar_ms(data: dict) -> float:
     return data["verify"][0] + data.get("other", {}).get("ar", 0.0)
 
 
+def at_context(data: dict, n_ctx: float) -> dict:
+    """data with its target curve read at n_ctx committed tokens (linear between the measured contexts; attention
+    grows with them): a run's steps see its prompt and half its new tokens on average."""
+    by = data.get("verify_by_context") or {}
+    if len(by) < 2:
+        return data
+    xs = sorted(int(c) for c in by)
+    curve = [cost.interpolate(xs, [by[str(c)][i] for c in xs], n_ctx) for i in range(len(data["verify"]))]
+    return {**data, "verify": curve}
+
+
 def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float | None:
     """cost.run_speedup for run = (prompt tokens, new tokens), from the calibration's prefill curves (None without)."""
     pre = data.get("prefill")
@@ -144,8 +155,9 @@ def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float
 def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
             run: tuple | None = None) -> Verdict | None:
     """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree where the
-    context has no continuation (cost.mixed); run: (prompt tokens, new tokens) for the whole run's speedup too.
-    None where the calibration lacks this method (or the context entry)."""
+    context has no continuation (cost.mixed); run: (prompt tokens, new tokens) for the whole run's speedup too, its
+    target curve read at the run's mean context. None where the calibration lacks this method (or the context entry)."""
+    data = at_context(data, run[0] + run[1] / 2) if run else data
     t_ar = ar_ms(data)
     if s is None:
         got = context_alone(data, acc)

@@ -281,3 +281,10 @@ def test_interleaved_groups_give_the_fp64_product_and_the_same_rows_whatever_row
     monkeypatch.setenv("SPECLENS_Q8_INTERLEAVE", "0")
     flat, _ = matrix(kind, n=40)
     assert flat.x8 is None and torch.allclose(q8.q8_mm(x, flat), y, rtol=1e-5, atol=1e-5 * y.abs().max().item())
+
+
+def test_a_product_reads_the_interleaved_groups_instead_of_their_rows():
+    parts = [("Q4_1", random_blocks("Q4_1", 20, 256, 1), 20, 256, None), ("Q6_K", random_blocks("Q6_K", 8, 256, 2), 8, 256, None)]
+    c = q8.matrix_raw(parts)
+    # 16 Q4_1 rows interleaved (8 blocks of 20 bytes each, the same bytes as x8), 4 Q4_1 and 8 Q6_K rows as they are
+    assert c.read_bytes == c.x8.numel() + 4 * 8 * 20 + 8 * 210 and c.x8.numel() == 16 * 8 * 20

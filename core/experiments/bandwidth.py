@@ -20,8 +20,8 @@ def step_bytes(model, runner=None) -> int:
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     total = total if emb is head else total - emb.numel() * emb.element_size()
     forms = [runner.head_t] + [w[k] for w in runner.layers for k in MATRICES] if runner else []
-    return total + sum(f.codes.nbytes - f.codes.n * f.codes.k * head.element_size() for f in forms
-                       if f.codes is not None)
+    return total + sum(getattr(f.codes, "read_bytes", f.codes.nbytes) - f.codes.n * f.codes.k * head.element_size()
+                       for f in forms if f.codes is not None)
 
 
 def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:

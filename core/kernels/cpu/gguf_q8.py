@@ -45,6 +45,15 @@ class RawCodes(NamedTuple):
         return self.raw.numel() + self.off.numel() * 8 + self.types.numel() + extra
 
     @property
+    def read_bytes(self) -> int:
+        """Bytes one product reads: each interleaved group's x8 blocks, every other output row's raw blocks."""
+        if self.x8 is None:
+            return self.raw.numel()
+        sizes = torch.diff(self.off, append=torch.tensor([self.raw.numel()]))
+        packed = (self.x8_off >= 0).repeat_interleave(X8)[:self.n]
+        return int(sizes[~packed].sum()) + self.x8.numel()
+
+    @property
     def label(self) -> str:
         return isa.Q8[self.variant or isa.q8_variant()][1]
 
