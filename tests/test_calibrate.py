@@ -237,3 +237,9 @@ def test_a_runs_prediction_reads_the_target_curve_at_the_runs_mean_context():
     assert calibration.at_context(data, 288)["verify"] == pytest.approx([15.0, 16.0])
     assert calibration.at_context(data, 64)["verify"] == pytest.approx([10.0, 11.0])
     assert calibration.at_context({"verify": [3.0]}, 100) == {"verify": [3.0]}  # one context measured: as it is
+
+
+def test_a_curve_is_timed_in_sweeps_through_all_its_points():
+    calls = []
+    times = calibrate.ms_sweeps([lambda i=i: calls.append(i) for i in range(3)], reps=2)
+    assert calls == [0, 1, 2] * 3 and len(times) == 3  # a warm-up sweep, then 2 timed ones

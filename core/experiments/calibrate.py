@@ -31,6 +31,19 @@ WIDE = {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}  # the accepta
 
 # ---------------------------------------------------------------- measuring costs
 
+def ms_sweeps(fns: list, reps: int) -> list:
+    """Median milliseconds of each fn over reps sweeps through all of them (after one warm-up sweep): a burst of noise
+    on a shared machine then spreads over the curve instead of lifting a few neighbouring points."""
+    out = [[] for _ in fns]
+    for sweep in range(reps + 1):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            if sweep:
+                out[i].append((time.perf_counter() - t0) * 1000)
+    return [statistics.median(t) for t in out]
+
+
 def ms(fn, reps: int) -> float:
     """Median milliseconds of fn() over reps calls, after one warm-up call."""
     fn()
@@ -60,7 +73,7 @@ def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
         h, _ = pipe.target.forward(prompt[:n], torch.arange(n_ctx, n_ctx + n), None)
         pipe.target.logits(h)
         pipe.target.commit(drop)
-    return [ms(lambda n=n: verify(n), reps) for n in range(1, rows + 1)]
+    return ms_sweeps([lambda n=n: verify(n) for n in range(1, rows + 1)], reps)
 
 
 def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:
