@@ -62,3 +62,12 @@ def test_an_idle_engine_thread_ends_and_the_next_job_starts_another(monkeypatch)
     assert not first.is_alive()
     second = engine.submit(threading.current_thread).result()
     assert second is not first and second.is_alive()
+
+
+def test_the_apps_pair_offer_probes_oneDNN_on_the_engine_thread_not_the_main_one(monkeypatch):
+    import core.pipeline
+    from ui.models import pair_offer
+    seen = []
+    monkeypatch.setattr(core.pipeline, "inference_dtype", lambda: seen.append(threading.current_thread().name) or torch.float32)
+    pair_offer()
+    assert seen == [engine_thread.NAME]

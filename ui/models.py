@@ -71,7 +71,7 @@ def pair_offer() -> str:
     from core.models import ALIASES, available_memory, converted_dir, memory_needed
     from core.pipeline import inference_dtype
     names = PAIR_KEY.split("|")
-    dtype = inference_dtype()
+    dtype = engine_thread.call(inference_dtype)  # its oneDNN probe runs torch: one OpenMP team (engine_thread)
     need, free = sum(memory_needed(n, dtype) for n in names), available_memory()
     if free is None or free < need:
         return ""
