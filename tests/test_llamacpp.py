@@ -175,7 +175,7 @@ def test_the_built_completion_tool_reads_our_templated_prompt_as_our_ids_and_dec
 def test_the_avx2_cap_takes_the_avx2_only_build_and_names_its_build_command(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     monkeypatch.setenv("SPECLENS_CPU_ISA", "avx2")
-    assert llamacpp_build.flavor() == "avx2"
+    assert llamacpp_build.peer_flavor() == "avx2"
     with pytest.raises(SpecError, match=r"llama.cpp \(avx2 build\) is not built: .* build --flavor avx2"):
         llamacpp_build.binary("llama-completion")
     bin_dir = llamacpp_build.home(flavor="avx2") / "bin"
@@ -184,7 +184,7 @@ def test_the_avx2_cap_takes_the_avx2_only_build_and_names_its_build_command(tmp_
         (bin_dir / tool).touch()
     assert llamacpp_build.binary("llama-completion") == bin_dir / "llama-completion"
     monkeypatch.setenv("SPECLENS_CPU_ISA", "avx512")
-    assert llamacpp_build.flavor() == "native"
+    assert llamacpp_build.peer_flavor() == "native"
 
 
 def test_the_avx2_build_turns_off_every_feature_above_avx2():

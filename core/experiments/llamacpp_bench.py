@@ -33,7 +33,7 @@ def usable(names: list) -> list:
     """names without the llama.cpp variants (and a message saying why) where llama.cpp is not built."""
     peers = [v for v in names if peer_variant(v) is not None]
     if peers and not llamacpp_build.built():
-        print(f"skipping {', '.join(peers)}: {llamacpp_build.not_built(llamacpp_build.flavor())}", file=sys.stderr)
+        print(f"skipping {', '.join(peers)}: {llamacpp_build.not_built()}", file=sys.stderr)
         return [v for v in names if v not in peers]
     return names
 
@@ -185,7 +185,7 @@ def bench_main(argv=None) -> int:
 
     args = parse(argv)
     if not llamacpp_build.built():
-        raise SpecError(llamacpp_build.not_built(llamacpp_build.flavor()))
+        raise SpecError(llamacpp_build.not_built())
     names = (args.variants or ("llamacpp,llamacpp-spec" if args.draft else "llamacpp")).split(",")
     if bad := [v for v in names if peer_variant(v) is None]:
         raise SpecError(f"unknown llama.cpp variant(s) {', '.join(bad)}")
@@ -195,7 +195,7 @@ def bench_main(argv=None) -> int:
     rows = run_prompts(pipe, prompts, names, args.max_new_tokens)
     gbs = read_gbs()
     from core.kernels.cpu import isa
-    result = {"cpu_isa_cap": isa.cap(), "llamacpp_build": llamacpp_build.flavor(),
+    result = {"cpu_isa_cap": isa.cap(), "llamacpp_build": llamacpp_build.peer_flavor(),
               "table": table(rows, ["ar", *names]), "ours_bound": memory_bound(rows, pipe.model, gbs, pipe.target),
               "llamacpp_bound": peer_bound(rows, gguf_of(pipe.model_id), gbs)}
     if args.tg:

@@ -2,7 +2,7 @@
 package (cmake + ninja, Release, only the tools compared with) into the cache root, resumable, logged.
 
 Two flavours: `native` (every feature of this CPU: its AMX / AVX-512 kernels) and `avx2` (AVX2 + FMA + F16C only,
-no AVX-512, AVX-VNNI or AMX), the peer of our runs under SPECLENS_CPU_ISA=avx2: `flavor()` picks the one the cap
+no AVX-512, AVX-VNNI or AMX), the peer of our runs under SPECLENS_CPU_ISA=avx2: `peer_flavor()` picks the one the cap
 asks for, so a capped benchmark compares like with like on one machine."""
 import shutil
 import subprocess
@@ -31,19 +31,18 @@ FLAVORS = {
 }
 
 
-def not_built(flavor: str = "native") -> str:
-    if flavor == "native":
-        return "llama.cpp is not built: run python -m core.experiments.llamacpp build"
-    return f"llama.cpp ({flavor} build) is not built: run python -m core.experiments.llamacpp build --flavor {flavor}"
-
-
-NOT_BUILT = not_built()
-
-
-def flavor() -> str:
+def peer_flavor() -> str:
     """The build that is our peer under the ISA cap: avx2 where SPECLENS_CPU_ISA caps at avx2, native otherwise."""
     from core.kernels.cpu import isa
     return "avx2" if isa.cap() == "avx2" else "native"
+
+
+def not_built(flavor: str | None = None) -> str:
+    """What to run when a flavour (by default the cap's peer) is not built."""
+    flavor = flavor or peer_flavor()
+    if flavor == "native":
+        return "llama.cpp is not built: run python -m core.experiments.llamacpp build"
+    return f"llama.cpp ({flavor} build) is not built: run python -m core.experiments.llamacpp build --flavor {flavor}"
 
 
 def home(version: str = VERSION, flavor: str = "native") -> Path:
@@ -57,7 +56,7 @@ def binary(name: str, version: str = VERSION, flavor: str | None = None) -> Path
     """The path of a built llama.cpp tool (of the cap's flavour by default), or SpecError saying how to build it."""
     if name not in TOOLS:
         raise SpecError(f"unknown llama.cpp tool {name!r} (built: {', '.join(TOOLS)})")
-    flavor = flavor or globals()["flavor"]()
+    flavor = flavor or peer_flavor()
     path = home(version, flavor) / "bin" / name
     if not path.is_file():
         raise SpecError(f"{not_built(flavor)} ({path} missing)")
@@ -65,7 +64,7 @@ def binary(name: str, version: str = VERSION, flavor: str | None = None) -> Path
 
 
 def built(version: str = VERSION, flavor: str | None = None) -> bool:
-    flavor = flavor or globals()["flavor"]()
+    flavor = flavor or peer_flavor()
     return all((home(version, flavor) / "bin" / t).is_file() for t in TOOLS)
 
 
