@@ -71,7 +71,8 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note="
         live.cancel()  # a closed page stops the engine at its next step
     trace = live.result()
     t0 = time.perf_counter()
-    trace["meta"]["cost"] = report(pipe, cfg, shape_note, len(pipe.prompt_ids(prompt)))
+    prompt_tokens = len(pipe.prompt_ids(prompt))
+    trace["meta"]["cost"] = report(pipe, cfg, shape_note, prompt_tokens)
     key = baseline_key(model_key, prompt, cfg)
     if cfg.method == "ar":
         remember_ar(key, baseline_of(trace))
@@ -87,7 +88,7 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note="
                           handler_s=time.perf_counter() - t_start)
     if needs_ar:
         trace["meta"]["baseline"] = ar_baseline(pipe, prompt, cfg, model_key, should_stop)
-    trace["meta"]["cost"] = cost_report(pipe, cfg, model_key, shape_note, len(pipe.prompt_ids(prompt)))
+    trace["meta"]["cost"] = cost_report(pipe, cfg, model_key, shape_note, prompt_tokens)
     yield {"trace": trace, "note": source_note(trace, live=True), "summary": summary_for(trace), "pay": pay_for(trace),
            "files": write_downloads(trace)}
 

@@ -46,13 +46,7 @@ def ms_sweeps(fns: list, reps: int) -> list:
 
 def ms(fn, reps: int) -> float:
     """Median milliseconds of fn() over reps calls, after one warm-up call."""
-    fn()
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(out)
+    return ms_sweeps([fn], reps)[0]
 
 
 def prefilled(pipe, n_ctx: int, ids: list):
