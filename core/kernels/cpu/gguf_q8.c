@@ -131,6 +131,13 @@ static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, i
     else dot8_avx2(type, R, g, a, r0, y, n);
 }
 
+/* whether interleaved groups g (even) and g + 1 of an n-output matrix go through zmm together (AVX512-VNNI, both
+ * whole and interleaved, one type) */
+static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n) {
+    return variant == V_AVX512 && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
+           types[g * OB] == types[(g + 1) * OB];
+}
+
 /* x [m, k] fp32; types [n] (ggml ids), off [n] byte offsets of each output row's blocks in raw; y [m, n] fp32;
  * x8_off [n / OB] (or NULL): where output group g's interleaved blocks start in x8, -1 for a group that has none */
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
@@ -149,21 +156,20 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         for (int i = 0; i < m; i++) quant_row(x + (size_t)i * k, &a, i);
         #pragma omp for schedule(static)
         for (int o0 = 0; o0 < n; o0 += OB) {
-            int64_t gx = x8_off && o0 + OB <= n ? x8_off[o0 / OB] : -1;
-            if (gx >= 0 && variant == V_AVX512 && (o0 / OB) % 2 == 0 && o0 + 2 * OB <= n && x8_off[o0 / OB + 1] >= 0 &&
-                types[o0 + OB] == types[o0]) {  /* this group and the next in zmm; the next one's turn then skips */
-                int64_t g1 = x8_off[o0 / OB + 1];
-                ahead(x8 + gx, (int64_t)(k / 32) * X8_BYTES(types[o0]));
-                ahead(x8 + g1, (int64_t)(k / 32) * X8_BYTES(types[o0]));
+            int g = o0 / OB;
+            int64_t gx = x8_off && o0 + OB <= n ? x8_off[g] : -1, gbytes = (int64_t)(k / 32) * X8_BYTES(types[o0]);
+            if (g % 2 == 1 && paired(variant, x8_off, types, g - 1, n))
+                continue;  /* done with the group before it */
+            if (g % 2 == 0 && paired(variant, x8_off, types, g, n)) {  /* this group and the next in zmm */
+                int64_t g1 = x8_off[g + 1];
+                ahead(x8 + gx, gbytes);
+                ahead(x8 + g1, gbytes);
                 for (int r0 = 0; r0 < m; r0 += per_pass)
                     dot16_avx512(types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n);
                 continue;
             }
-            if (gx >= 0 && variant == V_AVX512 && (o0 / OB) % 2 == 1 && x8_off[o0 / OB - 1] >= 0 &&
-                types[o0 - OB] == types[o0])
-                continue;  /* done with the group before it */
             if (gx >= 0) {
-                ahead(x8 + gx, (int64_t)(k / 32) * X8_BYTES(types[o0]));
+                ahead(x8 + gx, gbytes);
                 for (int r0 = 0; r0 < m; r0 += per_pass)
                     dot8(variant, types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, &a, r0, y + o0, n);
                 continue;
