@@ -75,7 +75,7 @@ def layer_forward(x, w: dict, kt, vc, cos, sin, bias, start: int, a: Arch):
 def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch, dtype):
     """All decoder layers on x [n, d] fp32 (updated in place to the last layer's output) with the fused C
     kernels between the GEMMs: 4 GEMMs + 4 kernel calls per layer. Returns rms(x) * final_w as `dtype`."""
-    from core.kernels.cpu import cpu_layer as k
+    k = cpu_layer
     h, pre = k.rms_cast(x, layers[0]["ln1"], a.eps, dtype), start == 0
     for i, (w, kt, v) in enumerate(zip(layers, kts, vs)):
         att = k.attend(mm(h, w["wqkv"], pre), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
