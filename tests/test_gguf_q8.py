@@ -257,23 +257,24 @@ def test_a_prompts_prefill_of_enough_rows_multiplies_by_the_plain_copy_and_other
     assert torch.equal(mm(x[:PREFILL_ROWS - 1], w, prefill=True), q8.q8_mm(x[:PREFILL_ROWS - 1], w.codes))
 
 
-def test_whole_groups_of_eight_outputs_of_q4_and_q8_0_blocks_are_interleaved_and_the_rest_kept_as_they_are():
+def test_whole_groups_of_eight_outputs_are_interleaved_and_the_rest_kept_as_they_are():
     parts = [("Q4_1", random_blocks("Q4_1", 20, 256, 1), 20, 256, None), ("Q6_K", random_blocks("Q6_K", 8, 256, 2), 8, 256, None),
              ("Q8_0", random_blocks("Q8_0", 16, 256, 3), 16, 256, None)]
     c = q8.matrix_raw(parts)
-    # Q4_1 rows 0..15 in two groups (16..19 a partial group), Q6_K not an interleaved type, Q8_0 rows 28..43 start
-    # off the grid of 8: none of theirs
+    # Q4_1 rows 0..15 in two groups (16..19 a partial group); Q6_K rows 20..27 and Q8_0 rows 28..43 start off the
+    # grid of 8: none of theirs
     assert (c.x8_off >= 0).tolist() == [True, True, False, False, False, False]
     assert c.x8.numel() == 2 * (256 // 32) * q8.X8_KINDS["Q4_1"]
 
 
 @needs_q8
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("kind", list(q8.X8_KINDS))
 def test_interleaved_groups_give_the_fp64_product_and_the_same_rows_whatever_rows_share_the_call(kind, monkeypatch):
     c, w = matrix(kind, n=40)
     assert c.x8 is not None and (c.x8_off >= 0).all()
+    assert c.x8.numel() == 40 * c.k // 32 * q8.X8_KINDS[kind] // q8.X8
     x = torch.randn(13, c.k, generator=torch.Generator().manual_seed(4))
-    ref = int8_inputs(x, 32) @ w.T
+    ref = int8_inputs(x, 256 if kind in q8.K_TYPES else 32) @ w.T
     y = q8.q8_mm(x, c)
     assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
     alone = torch.cat([q8.q8_mm(x[i:i + 1], c) for i in range(13)])

@@ -19,7 +19,8 @@
 enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };  /* ggml's type ids */
 #define RB 16  /* most rows per pass over one output's blocks (a verify's tree + 1 fits one pass) */
 #define OB 8   /* outputs per scheduling unit, and per interleaved group (X8) */
-#define X8_BYTES(type) ((type) == Q8_0 ? 272 : (type) == Q4_1 ? 160 : 144)  /* one block of an interleaved group */
+/* an interleaved group's bytes per 32 inputs (Q4_K / Q6_K: an eighth of a superblock's) */
+#define X8_BYTES(type) ((type) == Q8_0 ? 272 : (type) == Q4_1 ? 160 : (type) == Q4_K ? 148 : (type) == Q6_K ? 210 : 144)
 
 typedef struct {
     int k;
@@ -68,11 +69,13 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define N(f) f##_avx2
 #define DPWSSD(a, p, s) _mm256_add_epi32(a, _mm256_madd_epi16(p, s))
 #define DPBUSD(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1))
+#define DPBUSDA(a, q, x) _mm256_add_epi32(a, DPBUSD(q, x))
 #include "gguf_q8_dot.h"
 #undef TARGET
 #undef N
 #undef DPWSSD
 #undef DPBUSD
+#undef DPBUSDA
 
 #if defined(__clang__) || __GNUC__ >= 11  /* AVX-VNNI: gcc 11, clang 12 */
 #define AVXVNNI_HERE() __builtin_cpu_supports("avxvnni")
@@ -80,12 +83,14 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define N(f) f##_avxvnni
 #define DPWSSD(a, p, s) _mm256_dpwssd_avx_epi32(a, p, s)
 #define DPBUSD(q, x) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q, x)
+#define DPBUSDA(a, q, x) _mm256_dpbusd_avx_epi32(a, q, x)
 #define U8_SAFE
 #include "gguf_q8_dot.h"
 #undef TARGET
 #undef N
 #undef DPWSSD
 #undef DPBUSD
+#undef DPBUSDA
 #undef U8_SAFE
 #else
 #define AVXVNNI_HERE() 0
@@ -97,6 +102,7 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define N(f) f##_avx512
 #define DPWSSD(a, p, s) _mm256_dpwssd_epi32(a, p, s)
 #define DPBUSD(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x)
+#define DPBUSDA(a, q, x) _mm256_dpbusd_epi32(a, q, x)
 #define WIDE
 #define U8_SAFE
 #include "gguf_q8_dot.h"

@@ -23,7 +23,8 @@ TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
 X8 = 8  # outputs per interleaved group (OB in gguf_q8.c)
-X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q8_0": 272}  # the interleaved types: bytes per block of a group (X8_BYTES)
+X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q8_0": 272,  # the interleaved types: bytes per 32 inputs of a group (X8_BYTES)
+            "Q4_K": 148, "Q6_K": 210}
 
 
 class RawCodes(NamedTuple):
@@ -108,7 +109,7 @@ def interleaved(spans: list, rows: list, n: int, k: int) -> tuple:
         groups = count // X8
         if groups == 0:
             continue
-        packed = pack_x8(kind, r[:groups * X8], k)  # [groups, bytes]
+        packed = (pack_x8_k if kind in K_TYPES else pack_x8)(kind, r[:groups * X8], k)  # [groups, bytes]
         x8_off[first // X8:first // X8 + groups] = at + np.arange(groups, dtype=np.int64) * packed.shape[1]
         chunks.append(packed.reshape(-1))
         at += packed.size
@@ -133,6 +134,52 @@ def pack_x8(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     parts = [codes.reshape(*codes.shape[:2], -1)] + [sc.transpose(0, 2, 1, 3).reshape(*sc.shape[:1], nb, -1)
                                                      for sc in scales]
     return np.concatenate(parts, -1).reshape(b.shape[0], -1)
+
+
+def scale_min_k4(s: np.ndarray) -> tuple:
+    """Q4_K's 12 scale bytes [..., 12] -> (sc, m) [..., 8] each, 6 bits (ggml's get_scale_min_k4)."""
+    s = s.astype(np.uint8)
+    lo, hi = s[..., 0:4], s[..., 4:8]
+    sc = np.concatenate([lo & 63, (s[..., 8:12] & 0x0F) | ((lo >> 6) << 4)], -1)
+    m = np.concatenate([hi & 63, (s[..., 8:12] >> 4) | ((hi >> 6) << 4)], -1)
+    return sc, m
+
+
+def k_codes(kind: str, b: np.ndarray) -> np.ndarray:
+    """Superblocks [..., bytes] -> codes u [..., 256] in input order: Q4_K 0..15, Q6_K 0..63 (w = d·sc·(u − 32))."""
+    lead = b.shape[:-1]
+    if kind == "Q4_K":  # 4 chunks of 64 inputs: 32 low nibbles, then the same bytes' high ones
+        qs = b[..., 16:144].reshape(*lead, 4, 1, 32)
+        return np.concatenate([qs & 0x0F, qs >> 4], -2).reshape(*lead, 256)
+    ql, qh = b[..., 0:128].reshape(*lead, 2, 1, 64), b[..., 128:192].reshape(*lead, 2, 1, 32)
+    lo = np.concatenate([ql[..., :32] & 0x0F, ql[..., 32:] & 0x0F, ql[..., :32] >> 4, ql[..., 32:] >> 4], -2)
+    hi = np.concatenate([(qh >> (2 * t)) & 3 for t in range(4)], -2)  # input 128h + 32t + l: bits 2t of qh[h][l]
+    return (lo | (hi << 4)).reshape(*lead, 256)
+
+
+def pack_x8_k(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows [G·X8, bytes] of Q4_K / Q6_K -> [G, superblocks · 8 · X8_KINDS[kind]]: per group and superblock, in
+    chunks of 32 inputs, the X8 outputs' codes interleaved in 4-code groups as pack_x8 (Q6_K: their low nibbles so,
+    then their high 2 bits, 4 groups per byte), then the sub-block scales [j][X8] (Q4_K: and its m as pairs
+    [j/2][X8][2]), then d [X8] fp16 (Q4_K: and dmin). gguf_q8_dot.h's dot_x8_q4k / dot_x8_q6k read them."""
+    nsb, bs = k // 256, BLOCK[kind][1]
+    b = rows.reshape(-1, X8, nsb, bs)  # [G, X8, superblocks, bytes]
+    G = b.shape[0]
+    u = k_codes(kind, b).reshape(G, X8, nsb, 8, 8, 4).transpose(0, 2, 3, 4, 1, 5)  # [G, nsb, chunk, t, X8, 4]
+    lo = u & 0x0F
+    codes = lo[:, :, :, :4] | (lo[:, :, :, 4:] << 4)  # [G, nsb, chunk, 4, X8, 4]
+    per_sb = lambda a: a.reshape(G, nsb, -1)  # noqa: E731
+    if kind == "Q4_K":
+        sc, m = scale_min_k4(b[..., 4:16])  # [G, X8, nsb, 8]
+        parts = [per_sb(codes), per_sb(sc.transpose(0, 2, 3, 1)),
+                 per_sb(m.reshape(G, X8, nsb, 4, 2).transpose(0, 2, 3, 1, 4)),
+                 per_sb(b[..., 0:2].transpose(0, 2, 1, 3)), per_sb(b[..., 2:4].transpose(0, 2, 1, 3))]
+    else:
+        hi = u >> 4  # [G, nsb, chunk, 8, X8, 4], 0..3
+        hv = sum(hi[:, :, :, s::4] << (2 * s) for s in range(4)).astype(np.uint8)  # [G, nsb, chunk, 2, X8, 4]
+        chunks = np.concatenate([codes.reshape(G, nsb, 8, -1), hv.reshape(G, nsb, 8, -1)], -1)
+        parts = [per_sb(chunks), per_sb(b[..., 192:208].transpose(0, 2, 3, 1)), per_sb(b[..., 208:210].transpose(0, 2, 1, 3))]
+    return np.concatenate(parts, -1).reshape(G, -1)
 
 
 def available() -> bool:

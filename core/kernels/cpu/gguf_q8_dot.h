@@ -207,21 +207,140 @@ INL __m256i N(dpu8)(__m256i w, __m256i x) {
 #define DPU8(w, x) N(dpu8)(w, x)
 #endif
 
+/* Σ_t u_t · x[4t .. 4t+3] over T broadcast 4-input groups, per i32 lane (output) of 8: VNNI chains vpdpbusd; AVX2
+ * adds `run` groups' vpmaddubsw pairs in i16 before one vpmaddwd (callers keep run · 2 · max u · 127 < 2^15) */
+INL __m256i N(dot4s)(const __m256i *w, const int8_t *xq, const int T, const int run) {
+    __m256i s = _mm256_setzero_si256();
+#ifdef U8_SAFE
+    (void)run;
+    __m256i s1 = _mm256_setzero_si256();  /* two chains: vpdpbusd's latency, not its throughput, bounds one */
+    for (int t = 0; t < T; t += 2) {
+        int32_t x4[2];
+        memcpy(x4, xq + 4 * t, 8);
+        s = DPBUSDA(s, w[t], _mm256_set1_epi32(x4[0]));
+        s1 = DPBUSDA(s1, w[t + 1], _mm256_set1_epi32(x4[1]));
+    }
+    s = _mm256_add_epi32(s, s1);
+#else
+    for (int t0 = 0; t0 < T; t0 += run) {
+        __m256i h = _mm256_setzero_si256();
+        for (int t = t0; t < t0 + run; t++) {
+            int32_t x4;
+            memcpy(&x4, xq + 4 * t, 4);
+            h = _mm256_add_epi16(h, _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(x4)));
+        }
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
+    }
+#endif
+    return s;
+}
+
+INL void N(nibble_groups)(const uint8_t *p, __m256i w[8]) { /* 4 vectors -> 8 groups: t = v low nibbles, v + 4 high */
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int v = 0; v < 4; v++) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
+        w[v] = _mm256_and_si256(b, m4), w[v + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    }
+}
+
+INL void N(store_rows)(const int R, const __m256 *acc, int r0, float *y, int n) {
+    for (int i = r0; i < r0 + R; i++) {
+        float out[8];
+        _mm256_storeu_ps(out, acc[i - r0]);
+        memcpy(y + (size_t)i * n, out, sizeof out);
+    }
+}
+
+/* X8 Q4_K (gguf_q8.py: pack_x8_k), per superblock of 1184 bytes: 8 chunks of 32 inputs (sub-blocks j) of 4 code
+ * vectors, sc [8 j][8] u8, m [4][8][2] u8 (pairs j = 2p, 2p + 1), d [8], dmin [8] fp16. Per row:
+ *   s = Σ_j sc_j · Σ_t u_t · x_t      mb = Σ_j m_j · bsum_j      (exact integers)
+ *   acc += s · (d · dx) − mb · (dmin · dx) */
+INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m256 acc[RB];
+    __m256i is[RB];
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *p = g + (size_t)8 * X8_BYTES(Q4_K) * sb;
+        for (int i = 0; i < R; i++) is[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i w[8];
+            N(nibble_groups)(p + 128 * j, w);
+            __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j)));
+            for (int i = r0; i < r0 + R; i++)
+                is[i - r0] = _mm256_add_epi32(is[i - r0], _mm256_mullo_epi32(
+                    N(dot4s)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8, 8), sc));
+        }
+        __m256i mp[4];
+        for (int q = 0; q < 4; q++) mp[q] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p + 1088 + 16 * q)));
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 1152)));
+        __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 1168)));
+        for (int i = r0; i < r0 + R; i++) {
+            const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
+            __m256i mb = _mm256_setzero_si256();
+            for (int q = 0; q < 4; q++) {
+                int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];  /* bsum of sub-blocks 2q, 2q + 1 */
+                mb = _mm256_add_epi32(mb, _mm256_madd_epi16(mp[q], _mm256_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
+            }
+            __m256 dx = _mm256_set1_ps(a->d256[(size_t)i * nsb + sb]);
+            acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i - r0]), _mm256_mul_ps(d, dx), acc[i - r0]);
+            acc[i - r0] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mb), _mm256_mul_ps(dmin, dx), acc[i - r0]);
+        }
+    }
+    N(store_rows)(R, acc, r0, y, n);
+}
+
+/* X8 Q6_K, per superblock of 1680 bytes: 8 chunks of 32 inputs, each 4 vectors of low nibbles (as Q4_K's) and 2 of
+ * high 2-bit pairs (vector h: group 4h + s in bits 2s, 2s + 1), then sc [16 j][8] s8 (16 inputs each), d [8] fp16:
+ *   s = Σ_j sc_j · (Σ_t u_t · x_t − 32 · bsum_j)      acc += s · (d · dx) */
+INL void N(dot_x8_q6k)(const int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m256 acc[RB];
+    __m256i is[RB];
+    const __m256i m2 = _mm256_set1_epi8(0x30);
+    for (int i = 0; i < R; i++) acc[i] = _mm256_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        const uint8_t *p = g + (size_t)8 * X8_BYTES(Q6_K) * sb;
+        for (int i = 0; i < R; i++) is[i] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++) {
+            const uint8_t *pc = p + 192 * c;
+            __m256i w[8];
+            N(nibble_groups)(pc, w);
+            for (int h = 0; h < 2; h++) {
+                __m256i hv = _mm256_loadu_si256((const __m256i *)(pc + 128 + 32 * h));
+                w[4 * h + 0] = _mm256_or_si256(w[4 * h + 0], _mm256_and_si256(_mm256_slli_epi16(hv, 4), m2));
+                w[4 * h + 1] = _mm256_or_si256(w[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(hv, 2), m2));
+                w[4 * h + 2] = _mm256_or_si256(w[4 * h + 2], _mm256_and_si256(hv, m2));
+                w[4 * h + 3] = _mm256_or_si256(w[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(hv, 2), m2));
+            }
+            __m256i sc0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1536 + 16 * c)));
+            __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1536 + 16 * c + 8)));
+            for (int i = r0; i < r0 + R; i++) {
+                const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb + 32 * c;
+                const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb + 2 * c;
+                __m256i s0 = _mm256_sub_epi32(N(dot4s)(w, xq, 4, 2), _mm256_set1_epi32(32 * bs[0]));
+                __m256i s1 = _mm256_sub_epi32(N(dot4s)(w + 4, xq + 16, 4, 2), _mm256_set1_epi32(32 * bs[1]));
+                is[i - r0] = _mm256_add_epi32(is[i - r0], _mm256_add_epi32(_mm256_mullo_epi32(s0, sc0), _mm256_mullo_epi32(s1, sc1)));
+            }
+        }
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 1664)));
+        for (int i = r0; i < r0 + R; i++)
+            acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i - r0]), _mm256_mul_ps(d, _mm256_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
+    }
+    N(store_rows)(R, acc, r0, y, n);
+}
+
 INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0, float *y, int n) {
     int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
     __m256 acc[RB], accm[RB];
     for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int b = 0; b < nb; b++) {
         const uint8_t *p = g + (size_t)gb * b;
         __m256i w[8];
         if (type == Q8_0) {
             for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(p + 32 * t));
         } else {
-            for (int j = 0; j < 4; j++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * j));
-                w[j] = _mm256_and_si256(v, m4), w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            }
+            N(nibble_groups)(p, w);
         }
         const uint8_t *sc = p + (type == Q8_0 ? 256 : 128);
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
@@ -230,11 +349,14 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
             size_t at = (size_t)i * nb + b;
             const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
             __m256i s = _mm256_setzero_si256();
-            for (int t = 0; t < 8; t++) {
-                int32_t x4;
-                memcpy(&x4, xq + 4 * t, 4);
-                __m256i xb = _mm256_set1_epi32(x4);
-                s = _mm256_add_epi32(s, type == Q8_0 ? DPU8(w[t], xb) : DPBUSD(w[t], xb));
+            if (type == Q8_0) {
+                for (int t = 0; t < 8; t++) {
+                    int32_t x4;
+                    memcpy(&x4, xq + 4 * t, 4);
+                    s = _mm256_add_epi32(s, DPU8(w[t], _mm256_set1_epi32(x4)));
+                }
+            } else {
+                s = N(dot4s)(w, xq, 8, 8);  /* u ≤ 15: 8 groups' pairs ≤ 30480 in i16 */
             }
             if (off) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * a->s32[at]));
             float dx = a->d32[at];
@@ -242,11 +364,8 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
             if (type == Q4_1) accm[i - r0] = _mm256_fmadd_ps(m, _mm256_set1_ps(dx * (float)a->s32[at]), accm[i - r0]);
         }
     }
-    for (int i = r0; i < r0 + R; i++) {
-        float out[8];
-        _mm256_storeu_ps(out, _mm256_add_ps(acc[i - r0], accm[i - r0]));
-        memcpy(y + (size_t)i * n, out, sizeof out);
-    }
+    for (int i = 0; i < R; i++) acc[i] = _mm256_add_ps(acc[i], accm[i]);
+    N(store_rows)(R, acc, r0, y, n);
 }
 #ifdef WIDE
 /* two groups at once in zmm (outputs o0 .. o0 + 15 when both are interleaved in one type): the same lanes' arithmetic */
@@ -297,8 +416,107 @@ INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1,
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, _mm512_add_ps(acc[i - r0], accm[i - r0]));
 }
 
+/* the K types' two groups in zmm: dot_x8_q4k's and dot_x8_q6k's lanes, 16 outputs per instruction */
+INL __m512i N(dot4s16)(const __m512i *w, const int8_t *xq, const int T) {
+    __m512i s = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int t = 0; t < T; t += 2) {
+        int32_t x4[2];
+        memcpy(x4, xq + 4 * t, 8);
+        s = _mm512_dpbusd_epi32(s, w[t], _mm512_set1_epi32(x4[0]));
+        s1 = _mm512_dpbusd_epi32(s1, w[t + 1], _mm512_set1_epi32(x4[1]));
+    }
+    return _mm512_add_epi32(s, s1);
+}
+
+INL void N(nibble_groups16)(const uint8_t *g0, const uint8_t *g1, int at, __m512i w[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int v = 0; v < 4; v++) {
+        __m512i b = N(pair)(g0, g1, at + 32 * v);
+        w[v] = _mm512_and_si512(b, m4), w[v + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+    }
+}
+
+INL __m128i N(pair8)(const uint8_t *g0, const uint8_t *g1, int at) {  /* 8 bytes of each group */
+    return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(g0 + at)), _mm_loadl_epi64((const __m128i *)(g1 + at)));
+}
+
+INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m512 acc[RB];
+    __m512i is[RB];
+    for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        int p = 8 * X8_BYTES(Q4_K) * sb;
+        for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i w[8];
+            N(nibble_groups16)(g0, g1, p + 128 * j, w);
+            __m512i sc = _mm512_cvtepu8_epi32(N(pair8)(g0, g1, p + 1024 + 8 * j));
+            for (int i = r0; i < r0 + R; i++)
+                is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_mullo_epi32(
+                    N(dot4s16)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8), sc));
+        }
+        __m512i mp[4];
+        for (int q = 0; q < 4; q++)  /* 16 bytes of each group -> 32 i16 */
+            mp[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(g1 + p + 1088 + 16 * q)),
+                                                          _mm_loadu_si128((const __m128i *)(g0 + p + 1088 + 16 * q))));
+        __m512 d = N(pair_ph)(g0, g1, p + 1152), dmin = N(pair_ph)(g0, g1, p + 1168);
+        for (int i = r0; i < r0 + R; i++) {
+            const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
+            __m512i mb = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) {
+                int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];
+                mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
+            }
+            __m512 dx = _mm512_set1_ps(a->d256[(size_t)i * nsb + sb]);
+            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, dx), acc[i - r0]);
+            acc[i - r0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mb), _mm512_mul_ps(dmin, dx), acc[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
+}
+
+INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nsb = k / 256;
+    __m512 acc[RB];
+    __m512i is[RB];
+    const __m512i m2 = _mm512_set1_epi8(0x30);
+    for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
+    for (int sb = 0; sb < nsb; sb++) {
+        int p = 8 * X8_BYTES(Q6_K) * sb;
+        for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c++) {
+            int pc = p + 192 * c;
+            __m512i w[8];
+            N(nibble_groups16)(g0, g1, pc, w);
+            for (int h = 0; h < 2; h++) {
+                __m512i hv = N(pair)(g0, g1, pc + 128 + 32 * h);
+                w[4 * h + 0] = _mm512_or_si512(w[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hv, 4), m2));
+                w[4 * h + 1] = _mm512_or_si512(w[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hv, 2), m2));
+                w[4 * h + 2] = _mm512_or_si512(w[4 * h + 2], _mm512_and_si512(hv, m2));
+                w[4 * h + 3] = _mm512_or_si512(w[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hv, 2), m2));
+            }
+            __m512i sc0 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c));
+            __m512i sc1 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c + 8));
+            for (int i = r0; i < r0 + R; i++) {
+                const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb + 32 * c;
+                const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb + 2 * c;
+                __m512i s0 = _mm512_sub_epi32(N(dot4s16)(w, xq, 4), _mm512_set1_epi32(32 * bs[0]));
+                __m512i s1 = _mm512_sub_epi32(N(dot4s16)(w + 4, xq + 16, 4), _mm512_set1_epi32(32 * bs[1]));
+                is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
+            }
+        }
+        __m512 d = N(pair_ph)(g0, g1, p + 1664);
+        for (int i = r0; i < r0 + R; i++)
+            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, _mm512_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
+    }
+    for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
+}
+
 FN static void N(dot16)(int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
     #define D16(r) case r: { if (type == Q8_0) N(dot_x16)(r, Q8_0, g0, g1, a, r0, y, n); \
+                             else if (type == Q4_K) N(dot_x16_q4k)(r, g0, g1, a, r0, y, n); \
+                             else if (type == Q6_K) N(dot_x16_q6k)(r, g0, g1, a, r0, y, n); \
                              else if (type == Q4_1) N(dot_x16)(r, Q4_1, g0, g1, a, r0, y, n); \
                              else N(dot_x16)(r, Q4_0, g0, g1, a, r0, y, n); } break;
     switch (R) { D16(1) D16(2) D16(3) D16(4) D16(5) D16(6) D16(7) D16(8) D16(9) D16(10) D16(11) D16(12) D16(13) D16(14) D16(15) D16(16) }
@@ -309,6 +527,8 @@ FN static void N(dot16)(int type, int R, const uint8_t *g0, const uint8_t *g1, c
 
 FN static void N(dot8)(int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
     #define D8(r) case r: { if (type == Q8_0) N(dot_x8)(r, Q8_0, g, a, r0, y, n); \
+                            else if (type == Q4_K) N(dot_x8_q4k)(r, g, a, r0, y, n); \
+                            else if (type == Q6_K) N(dot_x8_q6k)(r, g, a, r0, y, n); \
                             else if (type == Q4_1) N(dot_x8)(r, Q4_1, g, a, r0, y, n); \
                             else N(dot_x8)(r, Q4_0, g, a, r0, y, n); } break;
     switch (R) { D8(1) D8(2) D8(3) D8(4) D8(5) D8(6) D8(7) D8(8) D8(9) D8(10) D8(11) D8(12) D8(13) D8(14) D8(15) D8(16) }
