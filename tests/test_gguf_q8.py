@@ -284,15 +284,6 @@ def test_interleaved_groups_give_the_fp64_product_and_the_same_rows_whatever_row
     assert flat.x8 is None and torch.allclose(q8.q8_mm(x, flat), y, rtol=1e-5, atol=1e-5 * y.abs().max().item())
 
 
-@pytest.mark.skipif("amx" not in isa.q8_variants(), reason="no AMX-INT8 here")
-@pytest.mark.parametrize("kind", q8.K_TYPES)
-def test_amx_tiles_give_the_avx512_floats_bit_for_bit_at_every_row_count(kind):
-    c, _ = matrix(kind, n=48)
-    x = torch.randn(17, c.k, generator=torch.Generator().manual_seed(6))
-    for m in (1, 7, 8, 9, 16, 17):  # passes of 8 rows and more take their sums from the tiles
-        assert torch.equal(q8.q8_mm(x[:m], c._replace(variant="amx")), q8.q8_mm(x[:m], c._replace(variant="avx512"))), m
-
-
 def test_a_product_reads_the_interleaved_groups_instead_of_their_rows():
     parts = [("Q4_1", random_blocks("Q4_1", 20, 256, 1), 20, 256, None), ("Q6_K", random_blocks("Q6_K", 8, 256, 2), 8, 256, None)]
     c = q8.matrix_raw(parts)

@@ -107,126 +107,15 @@ static void quant_row(const float *x, const Act *a, int i) {
 #define U8_SAFE
 #include "gguf_q8_dot.h"
 
-/* AMX-INT8 (variant V_AMX: V_AVX512's kernels otherwise): a pass of at least AMX_ROWS rows takes the K types' per-sub-block sums from tiles instead of vpdpbusd:
- * A = the rows' int8 inputs of one sub-block (R × 32, or × 16 for Q6_K's), B = the interleaved groups as they unpack
- * (row t: 16 outputs × inputs 4t .. 4t+3, the VNNI layout), C = `tdpbsud` A · B. The same exact integers go through
- * the same scales, so every output equals the zmm path's bit for bit, at any row count. */
-#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
-#define AMX_FN __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
-#define AMX_HERE() codes_ok()
-#define AMX_ROWS 8
-int codes_ok(void);
-
-typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } Tiles;
-
-/* two sets (tmm0-2, tmm3-5) of A [R × inputs], B [inputs / 4 × 64], C [R × 64] */
-AMX_FN static void tiles_for(int R, int inputs) {
-    Tiles c = {0};
-    c.palette = 1;
-    for (int s = 0; s < 2; s++) {
-        c.rows[3 * s] = (uint8_t)R, c.colsb[3 * s] = (uint16_t)inputs;
-        c.rows[3 * s + 1] = (uint8_t)(inputs / 4), c.colsb[3 * s + 1] = 64;
-        c.rows[3 * s + 2] = (uint8_t)R, c.colsb[3 * s + 2] = 64;
-    }
-    _tile_loadconfig(&c);
-}
-
-/* tile C = tile A (x rows, stride k) · tile B (the groups as unpacked in b), stored to c [R][16]; tile numbers are
- * literals (gcc pastes them into the instruction) */
-#define AMX_SUMS(A, B, C, b, xa, k, c) do { \
-    _tile_loadd(B, b, 64); _tile_loadd(A, xa, k); _tile_zero(C); _tile_dpbsud(C, A, B); _tile_stored(C, c, 64); } while (0)
-
-AMX_FN static void amx_q4k(int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    int k = a->k, nsb = k / 256;
-    _Alignas(64) uint8_t b[8][512];
-    _Alignas(64) int32_t c[8][RB * 16];
-    __m512 acc[RB];
-    __m512i is[RB];
-    tiles_for(R, 32);
-    for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
-    for (int sb = 0; sb < nsb; sb++) {
-        int p = 8 * X8_BYTES(Q4_K) * sb;
-        for (int j = 0; j < 8; j++) {  /* unpack the superblock's 8 B tiles, then their products, then the scales */
-            __m512i w[8];
-            nibble_groups16_avx512(g0, g1, p + 128 * j, w);
-            for (int t = 0; t < 8; t++) _mm512_store_si512(b[j] + 64 * t, w[t]);
-        }
-        const int8_t *xa = a->q256 + (size_t)r0 * k + 256 * sb;
-        for (int j = 0; j < 8; j += 2) {
-            AMX_SUMS(0, 1, 2, b[j], xa + 32 * j, k, c[j]);
-            AMX_SUMS(3, 4, 5, b[j + 1], xa + 32 * j + 32, k, c[j + 1]);
-        }
-        for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) {
-            __m512i sc = _mm512_cvtepu8_epi32(pair8_avx512(g0, g1, p + 1024 + 8 * j));
-            for (int i = 0; i < R; i++)
-                is[i] = _mm512_add_epi32(is[i], _mm512_mullo_epi32(_mm512_load_si512(c[j] + 16 * i), sc));
-        }
-        q4k_end16_avx512(R, g0, g1, p, a, r0, sb, is, acc);
-    }
-    for (int i = 0; i < R; i++) _mm512_storeu_ps(y + (size_t)(r0 + i) * n, acc[i]);
-}
-
-AMX_FN static void amx_q6k(int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    int k = a->k, nsb = k / 256;
-    _Alignas(64) uint8_t b[16][256];  /* per sub-block of 16 inputs: 4 groups × 16 outputs */
-    _Alignas(64) int32_t c[16][RB * 16];
-    __m512 acc[RB];
-    __m512i is[RB];
-    tiles_for(R, 16);
-    for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
-    for (int sb = 0; sb < nsb; sb++) {
-        int p = 8 * X8_BYTES(Q6_K) * sb;
-        for (int ch = 0; ch < 8; ch++) {
-            __m512i w[8];
-            q6k_groups16_avx512(g0, g1, p + 192 * ch, w);
-            for (int t = 0; t < 8; t++) _mm512_store_si512(b[2 * ch + t / 4] + 64 * (t % 4), w[t]);
-        }
-        const int8_t *xa = a->q256 + (size_t)r0 * k + 256 * sb;
-        for (int j = 0; j < 16; j += 2) {
-            AMX_SUMS(0, 1, 2, b[j], xa + 16 * j, k, c[j]);
-            AMX_SUMS(3, 4, 5, b[j + 1], xa + 16 * j + 16, k, c[j + 1]);
-        }
-        for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
-        for (int ch = 0; ch < 8; ch++) {
-            __m512i sc0 = _mm512_cvtepi8_epi32(pair8_avx512(g0, g1, p + 1536 + 16 * ch));
-            __m512i sc1 = _mm512_cvtepi8_epi32(pair8_avx512(g0, g1, p + 1536 + 16 * ch + 8));
-            for (int i = 0; i < R; i++)
-                is[i] = _mm512_add_epi32(is[i], q6k_scaled16_avx512(_mm512_load_si512(c[2 * ch] + 16 * i), _mm512_load_si512(c[2 * ch + 1] + 16 * i),
-                                                                    sc0, sc1, a->bs16 + (size_t)(r0 + i) * (k / 16) + 16 * sb + 2 * ch));
-        }
-        q6k_end16_avx512(R, g0, g1, p, a, r0, sb, is, acc);
-    }
-    for (int i = 0; i < R; i++) _mm512_storeu_ps(y + (size_t)(r0 + i) * n, acc[i]);
-}
-
-/* whether a pass of R rows over a K-type pair of groups runs on AMX (and did: 1 -> its tiles are released after) */
-static int amx_dot16(int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    if (R < AMX_ROWS || (type != Q4_K && type != Q6_K))
-        return 0;
-    if (type == Q4_K) amx_q4k(R, g0, g1, a, r0, y, n); else amx_q6k(R, g0, g1, a, r0, y, n);
-    return 1;
-}
-
-AMX_FN static void amx_release(void) { _tile_release(); }
-#else
-#define AMX_HERE() 0
-static int amx_dot16(int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    (void)type; (void)R; (void)g0; (void)g1; (void)a; (void)r0; (void)y; (void)n;
-    return 0;
-}
-static void amx_release(void) {}
-#endif
-
-enum { V_AVX2 = 0, V_AVXVNNI = 1, V_AVX512 = 2, V_AMX = 3 };  /* q8_mm's variants; q8_isa's bit (1 << v): runs here */
+enum { V_AVX2 = 0, V_AVXVNNI = 1, V_AVX512 = 2 };  /* q8_mm's variants; q8_isa's bit (1 << v) says one runs here */
 
 int q8_isa(void) {
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
         return 0;
-    int avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512bw");
-    return 1 | (AVXVNNI_HERE() ? 2 : 0) | (avx512 ? 4 : 0) | (avx512 && AMX_HERE() ? 8 : 0);
+    return 1 | (AVXVNNI_HERE() ? 2 : 0) |
+           (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw") ? 4 : 0);
 }
 
 /* the blocks PF bytes past an output row's, as many as the row holds: one core alone keeps too few misses in flight
@@ -237,13 +126,13 @@ static inline void ahead(const uint8_t *row, int64_t len) {
 }
 
 static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
-    if (variant >= V_AVX512) dot_avx512(type, R, w, a, r0, y, n);
+    if (variant == V_AVX512) dot_avx512(type, R, w, a, r0, y, n);
     else if (variant == V_AVXVNNI) dot_avxvnni(type, R, w, a, r0, y, n);
     else dot_avx2(type, R, w, a, r0, y, n);
 }
 
 static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
-    if (variant >= V_AVX512) dot8_avx512(type, R, g, a, r0, y, n);
+    if (variant == V_AVX512) dot8_avx512(type, R, g, a, r0, y, n);
     else if (variant == V_AVXVNNI) dot8_avxvnni(type, R, g, a, r0, y, n);
     else dot8_avx2(type, R, g, a, r0, y, n);
 }
@@ -251,7 +140,7 @@ static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, i
 /* whether interleaved groups g (even) and g + 1 of an n-output matrix go through zmm together (AVX512-VNNI, both
  * whole and interleaved, one type) */
 static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n) {
-    return variant >= V_AVX512 && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
+    return variant == V_AVX512 && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
            types[g * OB] == types[(g + 1) * OB];
 }
 
@@ -269,7 +158,6 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
     }
     #pragma omp parallel num_threads(threads)
     {
-        int used_amx = 0;
         #pragma omp for schedule(static)
         for (int i = 0; i < m; i++) quant_row(x + (size_t)i * k, &a, i);
         #pragma omp for schedule(static)
@@ -282,11 +170,8 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
                 int64_t g1 = x8_off[g + 1];
                 ahead(x8 + gx, gbytes);
                 ahead(x8 + g1, gbytes);
-                for (int r0 = 0; r0 < m; r0 += per_pass) {
-                    int R = r0 + per_pass < m ? per_pass : m - r0;
-                    if (variant == V_AMX && amx_dot16(types[o0], R, x8 + gx, x8 + g1, &a, r0, y + o0, n)) used_amx = 1;
-                    else dot16_avx512(types[o0], R, x8 + gx, x8 + g1, &a, r0, y + o0, n);
-                }
+                for (int r0 = 0; r0 < m; r0 += per_pass)
+                    dot16_avx512(types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n);
                 continue;
             }
             if (gx >= 0) {
@@ -301,7 +186,6 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
                     dot(variant, types[o], r0 + per_pass < m ? per_pass : m - r0, raw + off[o], &a, r0, y + o, n);
                 }
         }
-        if (used_amx) amx_release();
     }
     free(a.q256), free(a.d256), free(a.bs16), free(a.q32), free(a.d32), free(a.s32);
 }
