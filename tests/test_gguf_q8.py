@@ -289,3 +289,13 @@ def test_a_product_reads_the_interleaved_groups_instead_of_their_rows():
     c = q8.matrix_raw(parts)
     # 16 Q4_1 rows interleaved (8 blocks of 20 bytes each, the same bytes as x8), 4 Q4_1 and 8 Q6_K rows as they are
     assert c.read_bytes == c.x8.numel() + 4 * 8 * 20 + 8 * 210 and c.x8.numel() == 16 * 8 * 20
+
+
+def test_a_matrix_interleaved_whole_drops_its_raw_blocks_and_keeps_its_products():
+    c, _ = matrix("Q4_K", n=32)
+    slim = q8.slim(c)
+    assert slim.raw.numel() == 0 and slim.read_bytes == c.x8.numel()
+    x = torch.randn(5, c.k, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(q8.q8_mm(x, slim), q8.q8_mm(x, c))
+    partial, _ = matrix("Q4_K", n=36)  # a last group of 4 stays on its raw blocks
+    assert q8.slim(partial).raw.numel() == partial.raw.numel()

@@ -33,7 +33,7 @@ class RawCodes(NamedTuple):
     k: int
     types: torch.Tensor  # uint8 [n]: ggml type ids
     off: torch.Tensor    # int64 [n]: where each row's blocks start in raw (bytes)
-    raw: torch.Tensor    # uint8
+    raw: torch.Tensor    # uint8 (empty once `slim` finds every output interleaved)
     kinds: int           # bit 0: some rows are K types, bit 1: some are 32-input types
     parts: tuple = ()    # ((kind, first row, rows), ...) for `matches`
     variant: str = ""    # the q8_mm variant that multiplies them (isa.Q8), fixed at load; "" = isa.q8_variant()
@@ -50,9 +50,15 @@ class RawCodes(NamedTuple):
         """Bytes one product reads: each interleaved group's x8 blocks, every other output row's raw blocks."""
         if self.x8 is None:
             return self.raw.numel()
+        if self.all_interleaved:
+            return self.x8.numel()
         sizes = torch.diff(self.off, append=torch.tensor([self.raw.numel()]))
         packed = (self.x8_off >= 0).repeat_interleave(X8)[:self.n]
         return int(sizes[~packed].sum()) + self.x8.numel()
+
+    @property
+    def all_interleaved(self) -> bool:
+        return self.x8 is not None and self.n % X8 == 0 and bool((self.x8_off >= 0).all())
 
     @property
     def label(self) -> str:
@@ -359,5 +365,11 @@ def first_match(builders: list, w) -> "RawCodes | None":
         except ValueError:
             return None
         if matches(c, w):
-            return c
+            return slim(c)
     return None
+
+
+def slim(c: RawCodes) -> RawCodes:
+    """c without its raw blocks where every output is interleaved (the products then read x8 alone): a model's int8
+    matrices held once, not twice."""
+    return c._replace(raw=torch.empty(0, dtype=torch.uint8)) if c.all_interleaved else c
