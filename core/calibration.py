@@ -43,12 +43,17 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
+MEASURES = 2  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+#               wall time, each verify point timed in a row of its own passes
+
+
 def calibration_key(pipe) -> dict:
-    """What a calibration's costs depend on: the machine, the model pair, the runtime and dtype, the kernels' code."""
+    """What a calibration's costs depend on: the machine, the model pair, the runtime and dtype, the kernels' code,
+    how they are measured."""
     from core.runtime.fast import kernels_id
     return {"machine": machine(), "model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
             "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch."),
-            "kernels": kernels_id()}
+            "kernels": kernels_id(), "measures": MEASURES}
 
 
 def costs_path(key: dict) -> Path:
@@ -103,12 +108,12 @@ def context_alone(data: dict, acc: dict, drafted_only: bool = False) -> tuple | 
         return None
     c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={}, other=other)
     tau, rows, f = ctx["tau"], ctx["rows"], ctx.get("drafted", 1.0)
-    if drafted_only:
-        if f <= 0:
-            return 1.0, c.at(c.verify, 1) + other, 0.0
-        tau, rows = 1 + (tau - 1) / f, 1 + (rows - 1) / f  # steps without a continuation emit 1 token from 1 row
-    step = c.at(c.verify, max(1, round(rows))) + other
-    return (tau, step, f) if drafted_only else (tau, step)
+    plain = c.at(c.verify, 1) + other  # a step without a continuation: 1 row, 1 token
+    if f <= 0:
+        return (1.0, plain, 0.0) if drafted_only else (1.0, plain)
+    tau_c, rows_c = 1 + (tau - 1) / f, 1 + (rows - 1) / f  # over the steps that found one
+    t_c = c.at_rows(c.verify, rows_c) + other
+    return (tau_c, t_c, f) if drafted_only else (tau, f * t_c + (1 - f) * plain)
 
 
 @dataclass
@@ -192,6 +197,7 @@ def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dic
     whole = v.run_speedup is not None
     return {"predicted_speedup": round(v.run_speedup if whole else v.speedup, 3), "predicted_step_speedup":
             round(v.speedup, 3), "predicted_tau": round(v.tau, 3), "break_even_tau": round(v.break_even_tau, 3),
+            "predicted_step_ms": round(v.t_step_ms, 2), "predicted_ar_ms": round(v.t_ar_ms, 2),
             "prediction_note": "" if whole or not prompt_tokens else
             "steady state (no prefill curves in this calibration: python -m core calibrate --force measures them)"}
 

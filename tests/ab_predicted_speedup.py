@@ -52,13 +52,20 @@ def main() -> None:
     for v in VARIANTS:  # warm-up
         list(pipe.run(prompts[0].text, config(pipe, v, 4)))
     tokens, seconds = {name(v): 0 for v in VARIANTS}, {name(v): 0.0 for v in VARIANTS}
+    steps = {name(v): [0, 0, 0.0] for v in VARIANTS}  # steps after the prefill, their tokens, their timed ms
     for q in prompts:
         for v in VARIANTS:
             t0 = time.perf_counter()
-            tokens[name(v)] += sum(len(r.emitted) for r in pipe.run(q.text, config(pipe, v, args.n)))
+            recs = list(pipe.run(q.text, config(pipe, v, args.n)))
             seconds[name(v)] += time.perf_counter() - t0
+            tokens[name(v)] += sum(len(r.emitted) for r in recs)
+            s = steps[name(v)]
+            for r in recs[1:]:
+                s[0], s[1], s[2] = s[0] + 1, s[1] + len(r.emitted), s[2] + sum(r.timing_ms.values())
     ar = tokens[name(VARIANTS[0])] / seconds[name(VARIANTS[0])]
-    print(f"{pipe.model_id}: {len(prompts)} prompts of {rows:.0f} tokens on average, {args.n} new; AR {ar:.1f} tok/s")
+    n_ar, _, ms_ar = steps[name(VARIANTS[0])]
+    print(f"{pipe.model_id}: {len(prompts)} prompts of {rows:.0f} tokens on average, {args.n} new; AR {ar:.1f} tok/s, "
+          f"{ms_ar / max(n_ar, 1):.1f} ms a step")
     errs = []
     for v in VARIANTS[1:]:
         measured = tokens[name(v)] / seconds[name(v)] / ar
@@ -67,9 +74,12 @@ def main() -> None:
             print(f"{name(v)}: measured {measured:.2f}x, no prediction ({pred['prediction_note']})")
             continue
         errs.append(pred["predicted_speedup"] / measured - 1)
+        n, toks, ms = steps[name(v)]
         print(f"{name(v):<28} predicted {pred['predicted_speedup']:.2f}x (step for step {pred['predicted_step_speedup']:.2f}x)"
-              f", measured {measured:.2f}x ({errs[-1]:+.0%})")
-    print(f"largest error {max(map(abs, errs)):.0%}" if errs else "")
+              f", measured {measured:.2f}x ({errs[-1]:+.0%}); τ {toks / max(n, 1):.2f} (predicted "
+              f"{pred['predicted_tau']:.2f}), {ms / max(n, 1):.1f} ms a step (predicted {pred['predicted_step_ms']:.1f})")
+    if errs:
+        print(f"largest error {max(map(abs, errs)):.0%}; the AR step predicted {pred['predicted_ar_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -239,7 +239,8 @@ def test_a_runs_prediction_reads_the_target_curve_at_the_runs_mean_context():
     assert calibration.at_context({"verify": [3.0]}, 100) == {"verify": [3.0]}  # one context measured: as it is
 
 
-def test_a_curve_is_timed_in_sweeps_through_all_its_points():
+def test_each_point_of_a_curve_is_timed_after_itself_in_every_round():
     calls = []
-    times = calibrate.ms_sweeps([lambda i=i: calls.append(i) for i in range(3)], reps=2)
-    assert calls == [0, 1, 2] * 3 and len(times) == 3  # a warm-up sweep, then 2 timed ones
+    times = calibrate.ms_sweeps([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
+    # per round and point: a warm-up call, then 2 timed ones in a row
+    assert calls == ([0] * 3 + [1] * 3 + [2] * 3) * 2 and len(times) == 3

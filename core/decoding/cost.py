@@ -36,6 +36,11 @@ class Costs:
         slope = (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
         return xs[-1] + slope * (n - len(xs))
 
+    def at_rows(self, xs: list, n: float) -> float:
+        """xs at a mean row count n, linear between the whole counts around it."""
+        lo = max(int(n), 1)
+        return self.at(xs, lo) + (self.at(xs, lo + 1) - self.at(xs, lo)) * max(n - lo, 0.0)
+
 
 @dataclass
 class Acceptance:

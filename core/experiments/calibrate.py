@@ -19,6 +19,7 @@ import torch
 from core.calibration import (CONTEXT, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
                               verdict)
 from core.config import SpecConfig
+from core.decoding import cost
 from core.decoding.draft import DraftState
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
@@ -31,22 +32,26 @@ WIDE = {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}  # the accepta
 
 # ---------------------------------------------------------------- measuring costs
 
-def ms_sweeps(fns: list, reps: int) -> list:
-    """Median milliseconds of each fn over reps sweeps through all of them (after one warm-up sweep): a burst of noise
-    on a shared machine then spreads over the curve instead of lifting a few neighbouring points."""
+def ms_sweeps(fns: list, reps: int, rounds: int = 2) -> list:
+    """Milliseconds of each fn: per round, one warm-up call and then the median of reps calls in a row (timed after
+    itself, as an engine's steps repeat: a 1-row pass right after a 32-row one measured 6.9 ms, after other 1-row
+    passes 5.3), the least of the rounds' medians (a burst of noise on a shared machine lifts one round's point)."""
     out = [[] for _ in fns]
-    for sweep in range(reps + 1):
+    for _ in range(rounds):
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
             fn()
-            if sweep:
-                out[i].append((time.perf_counter() - t0) * 1000)
-    return [statistics.median(t) for t in out]
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1000)
+            out[i].append(statistics.median(times))
+    return [min(t) for t in out]
 
 
 def ms(fn, reps: int) -> float:
     """Median milliseconds of fn() over reps calls, after one warm-up call."""
-    return ms_sweeps([fn], reps)[0]
+    return ms_sweeps([fn], reps, rounds=1)[0]
 
 
 def prefilled(pipe, n_ctx: int, ids: list):
@@ -95,11 +100,24 @@ def config_for(pipe, method: str, **over) -> SpecConfig:
     return SpecConfig(method=method, **(draft_defaults(pipe.model_id) | over)).validate(pipe.vocab_size)
 
 
-def step_overhead(pipe, method: str, prompt: str, n_new: int, **over) -> float:
-    """Mean per-step milliseconds the parts above leave out (the engine's `other` and `gather` timers)."""
+DRAFT_TIMERS = ("draft_backbone", "lm_head")  # the engine's timers of the parts the draft curves stand for
+
+
+def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over) -> float:
+    """Mean per-step milliseconds the curves leave out: each engine step's wall time (from one record to the next)
+    less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and context. So the
+    context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the engine's mix of
+    passes beyond the curve's, all count (negative where the engine's passes cost less than the curve's)."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
-    recs = [r for r in pipe.run(prompt, cfg) if r.kind in ("step", "ar")]
-    return statistics.mean(r.timing_ms["other"] + r.timing_ms["gather"] for r in recs) if recs else 0.0
+    rest, ctx, t = [], len(pipe.prompt_ids(prompt)), time.perf_counter()
+    for r in pipe.run(prompt, cfg):
+        now = time.perf_counter()
+        if r.kind in ("step", "ar"):
+            rows = 1 + (len(r.tree["tokens"]) if r.kind == "step" and r.tree else 0)
+            rest.append(1e3 * (now - t) - sum(r.timing_ms[k] for k in DRAFT_TIMERS) - verify_ms(rows, ctx))
+        ctx += len(r.emitted)
+        t = now
+    return statistics.mean(rest) if rest else 0.0
 
 
 PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
@@ -141,13 +159,16 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
         verify[c] = run(verify_curve, pipe, c, args.rows, args.reps, ids)
     progress(f"draft: backbone and {len(args.methods)} heads over 1..{args.width} rows")
     backbone, heads = run(draft_curves, pipe, contexts[0], args.width, args.reps, ids, args.methods)
-    other = {}
+    other, xs = {}, sorted(verify)
+
+    def verify_ms(rows: int, n_ctx: float) -> float:
+        return cost.interpolate(xs, [cost.Costs(verify[c], [], {}).at(verify[c], rows) for c in xs], n_ctx)
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
-        other[m] = run(step_overhead, pipe, m, prompt, 24)
+        other[m] = run(step_overhead, pipe, m, prompt, 24, verify_ms)
     progress("bookkeeping per step: the context alone")
-    other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, shape=CONTEXT, context="on"))
-    other["ar"] = run(step_overhead, pipe, "ar", prompt, 24)
+    other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, verify_ms, shape=CONTEXT, context="on"))
+    other["ar"] = run(step_overhead, pipe, "ar", prompt, 24, verify_ms)
     progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
     prefill = run(prefill_curves, pipe, args.reps, ids)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]

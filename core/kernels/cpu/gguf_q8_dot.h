@@ -2,6 +2,7 @@
  *   FN / INL     the function attributes (target ISA), N(f) the function's name in this variant,
  *   DPWSSD(a, p, s)  a + pairs of i16 p · s summed into i32 (vpmaddwd + vpaddd, or VNNI's vpdpwssd),
  *   DPBUSD(q, x)     sums of 4 u8 q · s8 x into i32 (vpmaddubsw + vpmaddwd by 1, or VNNI's vpdpbusd),
+ *   DPBUSDA(a, q, x) a + DPBUSD(q, x) (VNNI: one accumulating vpdpbusd),
  *   WIDE         (defined or not) a superblock's K-type dots in zmm registers, two vectors of 32 codes at a time.
  * The integer sums are exact either way (vpmaddubsw cannot saturate on these codes: |q| ≤ 63, |x| ≤ 127), and every
  * variant scales and adds them in fp32 in the same order, so the variants give the same floats bit for bit.
