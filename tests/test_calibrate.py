@@ -48,6 +48,13 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert set(costs["other"]) == {"full", "nanospec", "context", "ar"}  # the context alone's and plain decoding's too
 
 
+def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, single_thread):
+    with torch.no_grad():
+        one = calibrate.measure_costs(pipe, SimpleNamespace(**(vars(args) | {"contexts": "8", "methods": ["nanospec"]})),
+                                      progress=lambda msg: None)
+    assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "ar"}
+
+
 def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
     pre = costs["prefill"]
     assert pre["rows"] == list(calibrate.PREFILL_AT) and len(pre["target"]) == len(pre["draft"]) == len(pre["rows"])

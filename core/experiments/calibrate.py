@@ -162,7 +162,8 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     other, xs = {}, sorted(verify)
 
     def verify_ms(rows: int, n_ctx: float) -> float:
-        return cost.interpolate(xs, [cost.Costs(verify[c], [], {}).at(verify[c], rows) for c in xs], n_ctx)
+        at = [cost.Costs(verify[c], [], {}).at(verify[c], rows) for c in xs]
+        return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
         other[m] = run(step_overhead, pipe, m, prompt, 24, verify_ms)
