@@ -107,7 +107,8 @@ def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over)
     """Mean per-step milliseconds the curves leave out: each engine step's wall time (from one record to the next)
     less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and context. So the
     context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the engine's mix of
-    passes beyond the curve's, all count (negative where the engine's passes cost less than the curve's)."""
+    passes beyond the curve's, all count (none below 0: where the engine's passes cost less than the curve's, the
+    curve stands)."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
     rest, ctx, t = [], len(pipe.prompt_ids(prompt)), time.perf_counter()
     for r in pipe.run(prompt, cfg):
@@ -117,7 +118,7 @@ def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over)
             rest.append(1e3 * (now - t) - sum(r.timing_ms[k] for k in DRAFT_TIMERS) - verify_ms(rows, ctx))
         ctx += len(r.emitted)
         t = now
-    return statistics.mean(rest) if rest else 0.0
+    return max(statistics.mean(rest), 0.0) if rest else 0.0
 
 
 PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
