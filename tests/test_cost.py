@@ -101,3 +101,9 @@ def test_acceptance_leaves_out_context_nodes_and_the_prefill():
     rec = step([-1, -1], [-0.1, -0.2], accepted=[1], origin=["model", "context"])
     c = acceptance_counts([StepRecord(step=0, kind="prefill"), rec], depth=2, ranks=2)
     assert c["tried"][0] == [1, 0] and c["accepted"][0] == [0, 0]
+
+
+def test_a_mean_row_count_reads_the_curve_between_its_whole_counts():
+    c = Costs(verify=[5.0, 6.0, 9.0], backbone=[1.0], head={})
+    assert c.at_rows(c.verify, 2.5) == pytest.approx(7.5) and c.at_rows(c.verify, 1) == 5.0
+    assert c.at_rows(c.verify, 3.5) == pytest.approx(10.5)  # past the end: the last segment's slope
