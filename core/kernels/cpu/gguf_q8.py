@@ -165,8 +165,8 @@ def k_codes(kind: str, b: np.ndarray) -> np.ndarray:
 
 def pack_x8_k(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     """Rows [G·X8, bytes] of Q4_K / Q6_K -> [G, superblocks · 8 · X8_KINDS[kind]]: per group and superblock, in
-    chunks of 32 inputs, the X8 outputs' codes interleaved in 4-code groups as pack_x8 (Q6_K: their low nibbles so,
-    then their high 2 bits, 4 groups per byte), then the sub-block scales [j][X8] (Q4_K: and its m as pairs
+    chunks of 32 inputs, the X8 outputs' codes interleaved in 4-code groups as pack_x8 (Q6_K: their low nibbles
+    likewise, then their high 2 bits, 4 groups per byte), then the sub-block scales [j][X8] (Q4_K: and its m as pairs
     [j/2][X8][2]), then d [X8] fp16 (Q4_K: and dmin). gguf_q8_dot.h's dot_x8_q4k / dot_x8_q6k read them."""
     nsb, bs = k // 256, BLOCK[kind][1]
     b = rows.reshape(-1, X8, nsb, bs)  # [G, X8, superblocks, bytes]
@@ -174,7 +174,9 @@ def pack_x8_k(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     u = k_codes(kind, b).reshape(G, X8, nsb, 8, 8, 4).transpose(0, 2, 3, 4, 1, 5)  # [G, nsb, chunk, t, X8, 4]
     lo = u & 0x0F
     codes = lo[:, :, :, :4] | (lo[:, :, :, 4:] << 4)  # [G, nsb, chunk, 4, X8, 4]
-    per_sb = lambda a: a.reshape(G, nsb, -1)  # noqa: E731
+
+    def per_sb(a):
+        return a.reshape(G, nsb, -1)
     if kind == "Q4_K":
         sc, m = scale_min_k4(b[..., 4:16])  # [G, X8, nsb, 8]
         parts = [per_sb(codes), per_sb(sc.transpose(0, 2, 3, 1)),
