@@ -380,44 +380,7 @@ INL __m512 N(pair_ph)(const uint8_t *g0, const uint8_t *g1, int at) {
                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g1 + at))), 1);
 }
 
-INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
-    __m512 acc[RB], accm[RB];
-    for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int b = 0; b < nb; b++) {
-        int at = gb * b;
-        __m512i w[8];
-        if (type == Q8_0) {
-            for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
-        } else {
-            for (int j = 0; j < 4; j++) {
-                __m512i v = N(pair)(g0, g1, at + 32 * j);
-                w[j] = _mm512_and_si512(v, m4), w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            }
-        }
-        int sc = at + (type == Q8_0 ? 256 : 128);
-        __m512 d = N(pair_ph)(g0, g1, sc);
-        __m512 m = type == Q4_1 ? N(pair_ph)(g0, g1, sc + 16) : _mm512_setzero_ps();
-        for (int i = r0; i < r0 + R; i++) {
-            size_t ai = (size_t)i * nb + b;
-            const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
-            __m512i s = _mm512_setzero_si512();
-            for (int t = 0; t < 8; t++) {
-                int32_t x4;
-                memcpy(&x4, xq + 4 * t, 4);
-                s = _mm512_add_epi32(s, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[t], _mm512_set1_epi32(x4)));
-            }
-            if (off) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * a->s32[ai]));
-            float dx = a->d32[ai];
-            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[i - r0]);
-            if (type == Q4_1) accm[i - r0] = _mm512_fmadd_ps(m, _mm512_set1_ps(dx * (float)a->s32[ai]), accm[i - r0]);
-        }
-    }
-    for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, _mm512_add_ps(acc[i - r0], accm[i - r0]));
-}
-
-/* the K types' two groups in zmm: dot_x8_q4k's and dot_x8_q6k's lanes, 16 outputs per instruction */
+/* dot4s over two groups in zmm, 16 outputs per vpdpbusd (every zmm kernel's integer sums) */
 INL __m512i N(dot4s16)(const __m512i *w, const int8_t *xq, const int T) {
     __m512i s = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
     for (int t = 0; t < T; t += 2) {
@@ -435,6 +398,34 @@ INL void N(nibble_groups16)(const uint8_t *g0, const uint8_t *g1, int at, __m512
         __m512i b = N(pair)(g0, g1, at + 32 * v);
         w[v] = _mm512_and_si512(b, m4), w[v + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
     }
+}
+
+INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
+    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
+    __m512 acc[RB], accm[RB];
+    for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        int at = gb * b;
+        __m512i w[8];
+        if (type == Q8_0) {
+            for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
+        } else {
+            N(nibble_groups16)(g0, g1, at, w);
+        }
+        int sc = at + (type == Q8_0 ? 256 : 128);
+        __m512 d = N(pair_ph)(g0, g1, sc);
+        __m512 m = type == Q4_1 ? N(pair_ph)(g0, g1, sc + 16) : _mm512_setzero_ps();
+        for (int i = r0; i < r0 + R; i++) {
+            size_t ai = (size_t)i * nb + b;
+            const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
+            __m512i s = N(dot4s16)(w, xq, 8);
+            if (off) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * a->s32[ai]));
+            float dx = a->d32[ai];
+            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[i - r0]);
+            if (type == Q4_1) accm[i - r0] = _mm512_fmadd_ps(m, _mm512_set1_ps(dx * (float)a->s32[ai]), accm[i - r0]);
+        }
+    }
+    for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, _mm512_add_ps(acc[i - r0], accm[i - r0]));
 }
 
 INL __m128i N(pair8)(const uint8_t *g0, const uint8_t *g1, int at) {  /* 8 bytes of each group */
