@@ -248,6 +248,6 @@ def test_a_runs_prediction_reads_the_target_curve_at_the_runs_mean_context():
 
 def test_each_point_of_a_curve_is_timed_after_itself_in_every_round():
     calls = []
-    times = calibrate.ms_sweeps([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
+    times = calibrate.ms_rounds([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
     # per round and point: a warm-up call, then 2 timed ones in a row
     assert calls == ([0] * 3 + [1] * 3 + [2] * 3) * 2 and len(times) == 3

@@ -29,7 +29,8 @@ class Costs:
     head: dict                    # method -> [t_head(w), w = 1 .. len]: one draft LM head call over w rows
     other: float = 0.0            # per step: stream upkeep, acceptance, bookkeeping
 
-    def at(self, xs: list, n: int) -> float:
+    @staticmethod
+    def at(xs: list, n: int) -> float:
         """xs[n - 1], linearly extrapolated past the measured end."""
         if n <= len(xs):
             return xs[max(n, 1) - 1]

@@ -32,7 +32,7 @@ WIDE = {"shape": "tree", "depth": 6, "top_k": 4, "tree_size": 24}  # the accepta
 
 # ---------------------------------------------------------------- measuring costs
 
-def ms_sweeps(fns: list, reps: int, rounds: int = 2) -> list:
+def ms_rounds(fns: list, reps: int, rounds: int = 2) -> list:
     """Milliseconds of each fn: per round, one warm-up call and then the median of reps calls in a row (timed after
     itself, as an engine's steps repeat: a 1-row pass right after a 32-row one measured 6.9 ms, after other 1-row
     passes 5.3), the least of the rounds' medians (a burst of noise on a shared machine lifts one round's point)."""
@@ -51,7 +51,7 @@ def ms_sweeps(fns: list, reps: int, rounds: int = 2) -> list:
 
 def ms(fn, reps: int) -> float:
     """Median milliseconds of fn() over reps calls, after one warm-up call."""
-    return ms_sweeps([fn], reps, rounds=1)[0]
+    return ms_rounds([fn], reps, rounds=1)[0]
 
 
 def prefilled(pipe, n_ctx: int, ids: list):
@@ -72,7 +72,7 @@ def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
         h, _ = pipe.target.forward(prompt[:n], torch.arange(n_ctx, n_ctx + n), None)
         pipe.target.logits(h)
         pipe.target.commit(drop)
-    return ms_sweeps([lambda n=n: verify(n) for n in range(1, rows + 1)], reps)
+    return ms_rounds([lambda n=n: verify(n) for n in range(1, rows + 1)], reps)
 
 
 def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:
@@ -163,7 +163,7 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     other, xs = {}, sorted(verify)
 
     def verify_ms(rows: int, n_ctx: float) -> float:
-        at = [cost.Costs(verify[c], [], {}).at(verify[c], rows) for c in xs]
+        at = [cost.Costs.at(verify[c], rows) for c in xs]
         return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
