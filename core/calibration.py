@@ -23,6 +23,7 @@ from core.paths import ASSETS, cache_root
 CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "asimd", "sve")
 SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
+MIXED = "mixed"  # the costs' entry for steps beside the context: {"model": ms over the head's own, "context": ms}
 MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
 
 
@@ -43,8 +44,8 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
-MEASURES = 2  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
-#               wall time, each verify point timed in a row of its own passes
+MEASURES = 3  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+#               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the draft's scale
 
 
 def calibration_key(pipe) -> dict:
@@ -81,7 +82,9 @@ def cached(pipe) -> tuple:
 # ---------------------------------------------------------------- what they predict
 
 def costs_of(data: dict, method: str) -> cost.Costs:
-    return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method])
+    mixed = data["other"].get(MIXED, {}).get("model")
+    return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method],
+                      mixed=mixed, draft_scale=data.get("draft_scale", {}).get(method) or 1.0)
 
 
 def shape_of(cfg: SpecConfig) -> cost.Shape | None:
@@ -100,20 +103,43 @@ def shape_label(cfg: SpecConfig) -> str:
     return shape_name(shape_of(cfg))
 
 
-def context_alone(data: dict, acc: dict, drafted_only: bool = False) -> tuple | None:
-    """(τ, t_step ms) of drafting from the context alone, from its measured tokens and verify rows per step;
-    drafted_only: over the steps that found a continuation, with the fraction f of them: (τ_c, t_c, f)."""
+@dataclass
+class ContextSteps:
+    """Drafting from the context, as measured: a fraction f of steps finds a continuation and verifies rows_c rows for
+    tau_c tokens in t_c ms; the rest verify 1 row for 1 token in t_1 ms."""
+    f: float
+    tau_c: float
+    rows_c: float
+    t_c: float
+    t_1: float
+
+    def alone(self) -> tuple:
+        """(τ, t_step) of drafting from the context alone."""
+        return self.f * self.tau_c + 1 - self.f, self.f * self.t_c + (1 - self.f) * self.t_1
+
+
+def context_steps(data: dict, acc: dict, mixed: bool = False) -> ContextSteps | None:
+    """The context's steps from its measured tokens and verify rows per step (None without the context entry);
+    mixed: with the bookkeeping they have beside the model's tree (where measured)."""
     ctx, other = acc.get(CONTEXT), data.get("other", {}).get(CONTEXT)
+    if mixed and MIXED in data.get("other", {}):
+        other = data["other"][MIXED]["context"]
     if not ctx or other is None:
         return None
     c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={}, other=other)
-    tau, rows, f = ctx["tau"], ctx["rows"], ctx.get("drafted", 1.0)
-    plain = c.at(c.verify, 1) + other  # a step without a continuation: 1 row, 1 token
+    t_1, f = c.at(c.verify, 1) + other, ctx.get("drafted", 1.0)
     if f <= 0:
-        return (1.0, plain, 0.0) if drafted_only else (1.0, plain)
-    tau_c, rows_c = 1 + (tau - 1) / f, 1 + (rows - 1) / f  # over the steps that found one
-    t_c = c.at_rows(c.verify, rows_c) + other
-    return (tau_c, t_c, f) if drafted_only else (tau, f * t_c + (1 - f) * plain)
+        return ContextSteps(0.0, 1.0, 1.0, t_1, t_1)
+    tau_c, rows_c = 1 + (ctx["tau"] - 1) / f, 1 + (ctx["rows"] - 1) / f  # over the steps that found one
+    return ContextSteps(f, tau_c, rows_c, c.at_rows(c.verify, rows_c) + other, t_1)
+
+
+def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, steps=None) -> tuple:
+    """(τ, t_step) of the model's tree s beside the context's steps, as ModelSwitch mixes them (cost.switched)."""
+    t_m = cost.step_ms(c, method, s, tau_m) + (c.mixed or 0.0)
+    t_both = t_m - c.at(c.verify, s.size + 1) + c.at_rows(c.verify, s.size + cs.rows_c)  # both trees' rows
+    return cost.switched((1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both),
+                         cs.f, steps)
 
 
 @dataclass
@@ -160,15 +186,15 @@ def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float
 def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
             run: tuple | None = None) -> Verdict | None:
     """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree where the
-    context has no continuation (cost.mixed); run: (prompt tokens, new tokens) for the whole run's speedup too, its
+    context has no continuation, as ModelSwitch mixes them (cost.switched); run: (prompt tokens, new tokens) for the whole run's speedup too, its
     target curve read at the run's mean context. None where the calibration lacks this method (or the context entry)."""
     data = at_context(data, run[0] + run[1] / 2) if run else data
     t_ar = ar_ms(data)
     if s is None:
-        got = context_alone(data, acc)
-        if got is None:
+        cs = context_steps(data, acc)
+        if cs is None:
             return None
-        tau, t_step = got
+        tau, t_step = cs.alone()
         return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar,
                        whole_run(data, tau, t_step, run))
     if method not in acc.get("heads", {}) or method not in data.get("head", {}):
@@ -176,9 +202,11 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
     tau = 1 + cost.expected_accepted(ac, s)
     t_step, name = cost.step_ms(c, method, s, tau), shape_name(s)
-    ctx = context_alone(data, acc, drafted_only=True) if context else None
-    if ctx is not None:
-        tau, t_step = cost.mixed((tau, t_step), ctx[:2], ctx[2])
+    cs = context_steps(data, acc, mixed=True) if context else None
+    if cs is not None:
+        steady = with_model(c, method, s, tau, cs)
+        steps = max(run[1] - 1, 1) / steady[0] if run else None  # ModelSwitch warms up once a run
+        tau, t_step = with_model(c, method, s, tau, cs, steps) if run else steady
         name += " + context"
     return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run))
 

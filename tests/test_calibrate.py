@@ -45,14 +45,16 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert len(costs["backbone"]) == args.width and set(costs["head"]) == {"full", "nanospec"}
     assert all(len(v) == args.width for v in costs["head"].values())
     assert all(t > 0 for t in costs["verify"] + costs["backbone"])
-    assert set(costs["other"]) == {"full", "nanospec", "context", "ar"}  # the context alone's and plain decoding's too
+    assert set(costs["other"]) == {"full", "nanospec", "context", "ar", "mixed"}  # the context alone's, plain decoding's
+    assert set(costs["other"]["mixed"]) == {"model", "context"}  # and the steps beside the context, with and without the model
+    assert set(costs["draft_scale"]) == {"full", "nanospec"} and all(v > 0 for v in costs["draft_scale"].values())
 
 
 def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, single_thread):
     with torch.no_grad():
         one = calibrate.measure_costs(pipe, SimpleNamespace(**(vars(args) | {"contexts": "8", "methods": ["nanospec"]})),
                                       progress=lambda msg: None)
-    assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "ar"}
+    assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "ar", "mixed"}
 
 
 def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
@@ -213,7 +215,11 @@ def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, 
     data, acc = calibration.cached(pipe)
     s = calibration.cost.Shape(2, 1, 2)
     alone, mixed = (calibration.verdict(data, acc, "nanospec", s, ctx) for ctx in (False, True))
-    assert mixed.tau == pytest.approx(0.5 * (1 + 1.0 / 0.5) + 0.5 * alone.tau)  # f τ_c + (1 − f) τ_m
+    cs = calibration.context_steps(data, acc, mixed=True)  # with the bookkeeping beside the model's tree
+    assert (cs.f, cs.tau_c, cs.rows_c) == pytest.approx((0.5, 3.0, 7.0))  # over the steps that found a continuation
+    assert min(1.0, cs.tau_c, alone.tau) < mixed.tau < max(cs.tau_c, alone.tau)  # each kind of step at its share
+    steady = calibration.with_model(calibration.costs_of(data, "nanospec"), "nanospec", s, alone.tau, cs)
+    assert (mixed.tau, mixed.t_step_ms) == pytest.approx(steady)
 
 
 def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tmp_path, monkeypatch, single_thread):

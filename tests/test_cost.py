@@ -2,6 +2,7 @@
 (core.trace.stats.acceptance_counts)."""
 import pytest
 
+from core.decoding import cost
 from core.decoding.cost import (Acceptance, Costs, Shape, best_shape, break_even_tau, expected_accepted, interpolate,
                                 predicted_speedup, run_speedup, shape_grid, step_ms)
 from core.trace.record import StepRecord
@@ -107,3 +108,31 @@ def test_a_mean_row_count_reads_the_curve_between_its_whole_counts():
     c = Costs(verify=[5.0, 6.0, 9.0], backbone=[1.0], head={})
     assert c.at_rows(c.verify, 2.5) == pytest.approx(7.5) and c.at_rows(c.verify, 1) == 5.0
     assert c.at_rows(c.verify, 3.5) == pytest.approx(10.5)  # past the end: the last segment's slope
+
+
+def test_model_switch_drafts_the_winning_choice_and_explores_the_other_more_often_when_close():
+    assert cost.model_share(2.0) == 1 - 1 / 32 and cost.model_share(0.5) == 1 / 32
+    assert cost.model_share(1.1) == 1 - 1 / 8 and cost.model_share(0.9) == 1 / 8
+
+
+def test_with_context_the_model_drafts_where_it_pays_and_the_context_where_it_does():
+    plain, model, ctx, both = (1.0, 10.0), (3.0, 15.0), (2.0, 12.0), (3.0, 30.0)  # model: 2× plain; both: 0.5× ctx
+    p = 1 - 1 / 32  # either side wins by more than CLOSE: the other is explored every 32nd step
+    assert cost.switched(plain, model, ctx, both, f=0.0) == pytest.approx((p * 3 + (1 - p) * 1, p * 15 + (1 - p) * 10))
+    assert cost.switched(plain, model, ctx, both, f=1.0) == pytest.approx((p * 2 + (1 - p) * 3, p * 12 + (1 - p) * 30))
+
+
+def test_a_short_run_spends_its_warm_up_half_with_the_model_and_half_without():
+    plain, model, ctx, both = (1.0, 10.0), (3.0, 15.0), (2.0, 12.0), (3.0, 30.0)
+    tau, _ = cost.switched(plain, model, ctx, both, f=0.0, steps=2 * cost.ModelSwitch.WARM)
+    assert tau == pytest.approx(2.0)  # half plain (1 token), half the model (3)
+
+
+def test_both_drafts_count_the_models_tokens_where_the_contexts_first_is_rejected():
+    assert cost.both_tau(2.0, 3.0) == pytest.approx(2.0 + 2.0 * 0.5)  # α_c = 1 − 1/τ_c = 0.5
+
+
+def test_the_drafts_engine_scale_multiplies_the_draft_and_nothing_else():
+    c, s = flat_costs(), Shape(3, 2, 6)
+    scaled = Costs(**(c.__dict__ | {"draft_scale": 2.0}))
+    assert step_ms(scaled, "full", s, 2.0) - step_ms(c, "full", s, 2.0) == pytest.approx(cost.draft_ms(c, "full", s, 2.0))

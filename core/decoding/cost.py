@@ -5,20 +5,29 @@ to `size` nodes, then verifies size + 1 rows in one target pass. With
     a[d][r] = P(the node of sibling rank r at depth d is accepted | its parent was)      (Acceptance, per head)
 a node's chance to be on the accepted path is the product of a along its path, and
     E[accepted] = Σ_{kept nodes} Π_path a          E[tokens per step] τ = 1 + E[accepted]
-    t_step = t_backbone(τ) + t_head(1) + (D − 1) · (t_backbone(k) + t_head(k)) + t_verify(size + 1) + t_other
-(the drafter first takes in the τ tokens the last step emitted, then drafts level by level)
+    t_step = σ · (t_backbone(τ) + t_head(1) + (D − 1) · (t_backbone(k) + t_head(k))) + t_verify(size + 1) + t_other
+(the drafter first takes in the τ tokens the last step emitted, then drafts level by level; σ, the draft's time in the
+engine over the curves', is measured: there the drafter and the head run between target passes)
     speedup over plain decoding = τ · t_verify(1) / t_step                              (Costs, per machine)
 A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
 emit to match plain decoding.
-With context drafting on, a fraction f of steps finds a continuation in the token history and drafts from it
-(τ_c tokens per step at t_c; core/decoding/context.py), the rest drafts the model's tree (τ_m at t_m):
-    τ = f τ_c + (1 − f) τ_m        t_step = f t_c + (1 − f) t_m                           (mixed)
+With context drafting on, a fraction f of steps finds a continuation in the token history (core/decoding/context.py),
+and ModelSwitch drafts the model's tree as well where its running means say that raises tokens per ms, exploring the
+other choice every EXPLORE-th step (every EXPLORE·FAR-th where one side wins by more than CLOSE), after WARM steps of
+each. Four kinds of step mix, each at its share p:
+    no continuation:  plain, 1 token at t_1            or the model's tree, τ_m at t_m
+    a continuation:   the context alone, τ_c at t_c    or both, τ_mc = τ_c + (τ_m − 1)(1 − α_c) at t_mc
+    τ = Σ p τ_kind        t_step = Σ p t_kind                                               (switched)
+with α_c ≈ 1 − 1/τ_c the chance that the context's first token is accepted (a geometric run of acceptances), and t_mc
+the model's draft plus the verify of both trees' rows.
 A whole run of N new tokens after a prompt of P tokens adds what both pay once, the target's prefill t_pre(P) (which
 emits the first token), and the drafter's prefill t_dpre(P), which speculation alone pays:
     speedup of the run = (t_pre + (N − 1) · t_ar) / (t_pre + t_dpre + (N − 1) / τ · t_step)     (run_speedup)
 """
 from dataclasses import dataclass, field
 from itertools import product
+
+from core.decoding.context import ModelSwitch
 
 
 @dataclass
@@ -28,6 +37,8 @@ class Costs:
     backbone: list                # t_backbone(w): the drafter's pass over w rows, w = 1 .. len
     head: dict                    # method -> [t_head(w), w = 1 .. len]: one draft LM head call over w rows
     other: float = 0.0            # per step: stream upkeep, acceptance, bookkeeping
+    mixed: float | None = None    # per step beside the context's drafts: the bookkeeping over `other`
+    draft_scale: float = 1.0      # the draft's time in the engine over the curves' (between target passes there)
 
     @staticmethod
     def at(xs: list, n: int) -> float:
@@ -80,11 +91,15 @@ def expected_accepted(acc: Acceptance, s: Shape) -> float:
     return sum(sorted(values, reverse=True)[:s.size])
 
 
+def draft_ms(c: Costs, method: str, s: Shape, tau: float) -> float:
+    """The draft of one step of shape s with head `method`, after a step that emitted tau tokens, as the curves time it."""
+    head = c.head[method]
+    return c.at(c.backbone, round(tau)) + c.at(head, 1) + (s.depth - 1) * (c.at(c.backbone, s.top_k) + c.at(head, s.top_k))
+
+
 def step_ms(c: Costs, method: str, s: Shape, tau: float) -> float:
     """t_step of one speculative step of shape s with head `method`, after a step that emitted tau tokens."""
-    head = c.head[method]
-    draft = c.at(c.backbone, round(tau)) + c.at(head, 1) + (s.depth - 1) * (c.at(c.backbone, s.top_k) + c.at(head, s.top_k))
-    return draft + c.at(c.verify, s.size + 1) + c.other
+    return draft_ms(c, method, s, tau) * c.draft_scale + c.at(c.verify, s.size + 1) + c.other
 
 
 def predicted_speedup(c: Costs, acc: Acceptance, method: str, s: Shape) -> float:
@@ -117,11 +132,44 @@ def best_shape(c: Costs, acc: Acceptance, method: str, grid=None) -> tuple:
     return best_of(grid or shape_grid(), lambda s: predicted_speedup(c, acc, method, s))
 
 
-def mixed(model: tuple, ctx: tuple, f: float) -> tuple:
-    """(τ, t_step) of steps that draft from the context where it has a continuation (a fraction f of them, ctx =
-    (τ_c, t_c)) and the model's tree elsewhere (model = (τ_m, t_m))."""
-    (tau_m, t_m), (tau_c, t_c) = model, ctx
-    return f * tau_c + (1 - f) * tau_m, f * t_c + (1 - f) * t_m
+def model_share(gain: float) -> float:
+    """ModelSwitch's share of steps that draft the model, where drafting it multiplies tokens per ms by `gain`: the
+    winning choice but every EXPLORE-th step (EXPLORE·FAR-th where one side wins by more than CLOSE)."""
+    sw = ModelSwitch
+    period = sw.EXPLORE if 1 / sw.CLOSE < gain < sw.CLOSE else sw.EXPLORE * sw.FAR
+    return 1 - 1 / period if gain > 1 else 1 / period
+
+
+def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float, steps: float | None = None) -> tuple:
+    """(τ, t_step) of context drafting beside the model's tree, each kind of step given as (τ, t_ms): where the
+    context has no continuation (1 − f of steps) plain or model, where it has one ctx or both, as ModelSwitch chooses
+    from its own running means (solved as a fixed point: the mean ms of the steps with and without the model, the
+    model's tokens per step, the context's expected tokens τ_c − 1 and first-token chance α_c); steps: a run's step
+    count, of which ModelSwitch's warm-up takes WARM with the model and WARM without (None: the steady state alone)."""
+    warm = min(ModelSwitch.WARM / steps, 0.5) if steps else 0.0
+    alpha, kinds = 1 - 1 / ctx[0], (plain, model, ctx, both)
+
+    def shares(p_none: float, p_ctx: float) -> list:
+        return [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
+
+    def mean(ws: list, xs: list) -> float:
+        return sum(w * x for w, x in zip(ws, xs)) / max(sum(ws), 1e-9)
+    p_none = p_ctx = 0.5
+    for _ in range(16):
+        w = shares(p_none, p_ctx)
+        t_without, t_with = mean(w[0::2], [plain[1], ctx[1]]), mean(w[1::2], [model[1], both[1]])
+        gain = mean(w[1::2], [model[0] - 1, (model[0] - 1) * (1 - alpha)])  # the model's accepted tokens a step
+        r_none = (1 + gain) * t_without / t_with  # ModelSwitch.use_model's ratio: tokens per ms with / without
+        r_ctx = (ctx[0] + gain * (1 - alpha)) * t_without / (ctx[0] * t_with)
+        p_none, p_ctx = (warm + (1 - 2 * warm) * model_share(r) for r in (r_none, r_ctx))
+    w = shares(p_none, p_ctx)
+    return sum(p * k[0] for p, k in zip(w, kinds)), sum(p * k[1] for p, k in zip(w, kinds))
+
+
+def both_tau(tau_c: float, tau_m: float) -> float:
+    """τ_mc of a step that verifies the context's branch and the model's tree: the model's tokens count where the
+    context's first token is rejected (α_c ≈ 1 − 1/τ_c, a geometric run)."""
+    return tau_c + (tau_m - 1) / tau_c
 
 
 def run_speedup(t_ar: float, tau: float, t_step: float, n_new: int, t_pre: float, t_dpre: float) -> float:

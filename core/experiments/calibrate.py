@@ -16,11 +16,12 @@ import time
 
 import torch
 
-from core.calibration import (CONTEXT, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
+from core.calibration import (CONTEXT, MIXED, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
                               verdict)
 from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.draft import DraftState
+from core.decoding.tree import tree_shape
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
 from core.paths import write_atomic
@@ -100,25 +101,39 @@ def config_for(pipe, method: str, **over) -> SpecConfig:
     return SpecConfig(method=method, **(draft_defaults(pipe.model_id) | over)).validate(pipe.vocab_size)
 
 
+MIXED_WITH = "nanospec"  # the head whose run beside the context measures every head's mixed steps' bookkeeping
 DRAFT_TIMERS = ("draft_backbone", "lm_head")  # the engine's timers of the parts the draft curves stand for
 
 
-def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over) -> float:
-    """Mean per-step milliseconds the curves leave out: each engine step's wall time (from one record to the next)
-    less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and context. So the
-    context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the engine's mix of
-    passes beyond the curve's, all count (none below 0: where the engine's passes cost less than the curve's, the
-    curve stands)."""
+def engine_steps(pipe, method: str, prompt: str, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
+    """What the curves leave out of one engine run's steps: the mean per-step milliseconds over the steps that drafted
+    the model ("model") and over those that did not ("plain"), None where none did: each step's wall time (from one
+    record to the next) less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and
+    context. So the context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the
+    engine's mix of passes beyond the curve's, all count (none below 0: where the engine's passes cost less than the
+    curve's, the curve stands). With draft_ms(intake) (the curves' draft of a step after one that emitted `intake`
+    tokens): "draft_scale", the engine's draft timers over it (the drafter and the head run between target passes in
+    the engine, in a row of their own in the curves)."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
-    rest, ctx, t = [], len(pipe.prompt_ids(prompt)), time.perf_counter()
+    rest, ctx, t, intake, draft = ([], []), len(pipe.prompt_ids(prompt)), time.perf_counter(), 1, [0.0, 0.0]
     for r in pipe.run(prompt, cfg):
         now = time.perf_counter()
         if r.kind in ("step", "ar"):
             rows = 1 + (len(r.tree["tokens"]) if r.kind == "step" and r.tree else 0)
-            rest.append(1e3 * (now - t) - sum(r.timing_ms[k] for k in DRAFT_TIMERS) - verify_ms(rows, ctx))
-        ctx += len(r.emitted)
-        t = now
-    return max(statistics.mean(rest), 0.0) if rest else 0.0
+            drafted = r.kind == "step" and bool(r.tree and r.tree.get("head_calls"))
+            timers = sum(r.timing_ms[k] for k in DRAFT_TIMERS)
+            rest[drafted].append(1e3 * (now - t) - timers - verify_ms(rows, ctx))
+            if drafted and draft_ms is not None:
+                draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
+        ctx, intake, t = ctx + len(r.emitted), len(r.emitted), now
+    out = {k: max(statistics.mean(x), 0.0) if x else None for k, x in (("model", rest[1]), ("plain", rest[0]))}
+    return out | {"draft_scale": draft[0] / draft[1] if draft[1] > 0 else None}
+
+
+def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over) -> float:
+    """engine_steps' overhead over every step of a run (the model drafts every step or none)."""
+    got = engine_steps(pipe, method, prompt, n_new, verify_ms, **over)
+    return got["plain"] if got["model"] is None else got["model"]
 
 
 PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
@@ -165,17 +180,25 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     def verify_ms(rows: int, n_ctx: float) -> float:
         at = [cost.Costs.at(verify[c], rows) for c in xs]
         return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
+    scale = {}
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
-        other[m] = run(step_overhead, pipe, m, prompt, 24, verify_ms)
+        c, s = cost.Costs(verify=[], backbone=backbone, head=heads), cost.Shape(*tree_shape(config_for(pipe, m)))
+        got = run(engine_steps, pipe, m, prompt, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
+        other[m], scale[m] = got["model"], got["draft_scale"]
     progress("bookkeeping per step: the context alone")
     other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, verify_ms, shape=CONTEXT, context="on"))
     other["ar"] = run(step_overhead, pipe, "ar", prompt, 24, verify_ms)
+    progress("bookkeeping per step: the model's tree beside the context")
+    head = MIXED_WITH if MIXED_WITH in other else args.methods[0]
+    got = run(lambda: engine_steps(pipe, head, prompt, 32, verify_ms, context="on"))
+    other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head],
+                    "context": other[CONTEXT] if got["plain"] is None else got["plain"]}
     progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
     prefill = run(prefill_curves, pipe, args.reps, ids)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
-            "head": heads, "other": other, "prefill": prefill}
+            "head": heads, "draft_scale": scale, "other": other, "prefill": prefill}
 
 
 # ---------------------------------------------------------------- measuring acceptance
