@@ -45,7 +45,8 @@ def machine() -> dict:
 
 
 MEASURES = 3  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
-#               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the draft's scale
+#               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the
+#               draft's scale
 
 
 def calibration_key(pipe) -> dict:
@@ -82,7 +83,7 @@ def cached(pipe) -> tuple:
 # ---------------------------------------------------------------- what they predict
 
 def costs_of(data: dict, method: str) -> cost.Costs:
-    mixed = data["other"].get(MIXED, {}).get("model")
+    mixed = data["other"].get(MIXED, {}).get("model", 0.0)
     return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method],
                       mixed=mixed, draft_scale=data.get("draft_scale", {}).get(method) or 1.0)
 
@@ -136,7 +137,7 @@ def context_steps(data: dict, acc: dict, mixed: bool = False) -> ContextSteps | 
 
 def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, steps=None) -> tuple:
     """(τ, t_step) of the model's tree s beside the context's steps, as ModelSwitch mixes them (cost.switched)."""
-    t_m = cost.step_ms(c, method, s, tau_m) + (c.mixed or 0.0)
+    t_m = cost.step_ms(c, method, s, tau_m) + c.mixed
     t_both = t_m - c.at(c.verify, s.size + 1) + c.at_rows(c.verify, s.size + cs.rows_c)  # both trees' rows
     return cost.switched((1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both),
                          cs.f, steps)
@@ -185,9 +186,10 @@ def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float
 
 def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
             run: tuple | None = None) -> Verdict | None:
-    """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree where the
-    context has no continuation, as ModelSwitch mixes them (cost.switched); run: (prompt tokens, new tokens) for the whole run's speedup too, its
-    target curve read at the run's mean context. None where the calibration lacks this method (or the context entry)."""
+    """The Verdict of head `method` at shape s (None: the context alone); context: the model's tree beside the
+    context's steps, as ModelSwitch mixes them (cost.switched); run: (prompt tokens, new tokens) for the whole run's
+    speedup too, its target curve read at the run's mean context. None where the calibration lacks this method (or
+    the context entry)."""
     data = at_context(data, run[0] + run[1] / 2) if run else data
     t_ar = ar_ms(data)
     if s is None:

@@ -46,7 +46,7 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert all(len(v) == args.width for v in costs["head"].values())
     assert all(t > 0 for t in costs["verify"] + costs["backbone"])
     assert set(costs["other"]) == {"full", "nanospec", "context", "ar", "mixed"}  # the context alone's, plain decoding's
-    assert set(costs["other"]["mixed"]) == {"model", "context"}  # and the steps beside the context, with and without the model
+    assert set(costs["other"]["mixed"]) == {"model", "context"}  # the steps beside the context, with the model and without
     assert set(costs["draft_scale"]) == {"full", "nanospec"} and all(v > 0 for v in costs["draft_scale"].values())
 
 

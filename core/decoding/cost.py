@@ -37,7 +37,7 @@ class Costs:
     backbone: list                # t_backbone(w): the drafter's pass over w rows, w = 1 .. len
     head: dict                    # method -> [t_head(w), w = 1 .. len]: one draft LM head call over w rows
     other: float = 0.0            # per step: stream upkeep, acceptance, bookkeeping
-    mixed: float | None = None    # per step beside the context's drafts: the bookkeeping over `other`
+    mixed: float = 0.0            # per step beside the context's drafts: the bookkeeping over `other`
     draft_scale: float = 1.0      # the draft's time in the engine over the curves' (between target passes there)
 
     @staticmethod

@@ -21,7 +21,6 @@ from core.calibration import (CONTEXT, MIXED, acceptance_path, best_choice, cali
 from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.draft import DraftState
-from core.decoding.tree import tree_shape
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
 from core.paths import write_atomic
@@ -183,7 +182,7 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     scale = {}
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
-        c, s = cost.Costs(verify=[], backbone=backbone, head=heads), cost.Shape(*tree_shape(config_for(pipe, m)))
+        c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
         got = run(engine_steps, pipe, m, prompt, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
         other[m], scale[m] = got["model"], got["draft_scale"]
     progress("bookkeeping per step: the context alone")
