@@ -23,7 +23,8 @@ from core.paths import ASSETS, cache_root
 CPU_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512f", "avx2", "fma", "asimd", "sve")
 SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
-MIXED = "mixed"  # the costs' entry for steps beside the context: {"model": ms over the head's own, "context": ms}
+CONTEXT_ONE = "context_one"  # the costs' entry for the 1-row steps of a context run (CONTEXT: its continued steps)
+MIXED = "mixed"  # the costs' entry for steps beside the context: {"model": ms over the head's own, CONTEXT, CONTEXT_ONE}
 MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
 
 
@@ -44,9 +45,9 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
-MEASURES = 3  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+MEASURES = 4  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
 #               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the
-#               draft's scale
+#               draft's scale; 4: a context run's 1-row and continued steps' bookkeeping apart, over two prompts
 
 
 def calibration_key(pipe) -> dict:
@@ -120,19 +121,21 @@ class ContextSteps:
 
 
 def context_steps(data: dict, acc: dict, mixed: bool = False) -> ContextSteps | None:
-    """The context's steps from its measured tokens and verify rows per step (None without the context entry);
-    mixed: with the bookkeeping they have beside the model's tree (where measured)."""
-    ctx, other = acc.get(CONTEXT), data.get("other", {}).get(CONTEXT)
-    if mixed and MIXED in data.get("other", {}):
-        other = data["other"][MIXED]["context"]
-    if not ctx or other is None:
+    """The context's steps from its measured tokens and verify rows per step (None without the context entry), each
+    kind (a continuation's rows, 1 row) with its own bookkeeping; mixed: the bookkeeping they have beside the model's
+    tree (where measured)."""
+    other = data.get("other", {})
+    if mixed and MIXED in other:
+        other = other[MIXED]
+    ctx, o_c, o_1 = acc.get(CONTEXT), other.get(CONTEXT), other.get(CONTEXT_ONE)
+    if not ctx or o_c is None or o_1 is None:
         return None
-    c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={}, other=other)
-    t_1, f = c.at(c.verify, 1) + other, ctx.get("drafted", 1.0)
+    c = cost.Costs(verify=data["verify"], backbone=data["backbone"], head={})
+    t_1, f = c.at(c.verify, 1) + o_1, ctx.get("drafted", 1.0)
     if f <= 0:
         return ContextSteps(0.0, 1.0, 1.0, t_1, t_1)
     tau_c, rows_c = 1 + (ctx["tau"] - 1) / f, 1 + (ctx["rows"] - 1) / f  # over the steps that found one
-    return ContextSteps(f, tau_c, rows_c, c.at_rows(c.verify, rows_c) + other, t_1)
+    return ContextSteps(f, tau_c, rows_c, c.at_rows(c.verify, rows_c) + o_c, t_1)
 
 
 def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, steps=None) -> tuple:

@@ -45,8 +45,8 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
     assert len(costs["backbone"]) == args.width and set(costs["head"]) == {"full", "nanospec"}
     assert all(len(v) == args.width for v in costs["head"].values())
     assert all(t > 0 for t in costs["verify"] + costs["backbone"])
-    assert set(costs["other"]) == {"full", "nanospec", "context", "ar", "mixed"}  # the context alone's, plain decoding's
-    assert set(costs["other"]["mixed"]) == {"model", "context"}  # the steps beside the context, with the model and without
+    assert set(costs["other"]) == {"full", "nanospec", "context", "context_one", "ar", "mixed"}  # context alone's, AR's
+    assert set(costs["other"]["mixed"]) == {"model", "context", "context_one"}  # beside the context, with the model, without
     assert set(costs["draft_scale"]) == {"full", "nanospec"} and all(v > 0 for v in costs["draft_scale"].values())
 
 
@@ -54,7 +54,8 @@ def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, sin
     with torch.no_grad():
         one = calibrate.measure_costs(pipe, SimpleNamespace(**(vars(args) | {"contexts": "8", "methods": ["nanospec"]})),
                                       progress=lambda msg: None)
-    assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "ar", "mixed"}
+    assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "context_one", "ar",
+                                                                             "mixed"}
 
 
 def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
@@ -172,7 +173,7 @@ def test_auto_picks_the_grid_shape_of_highest_predicted_speedup_unless_within_th
 
 def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0, "drafted": 0.5})
-    costs_ctx = costs | {"other": costs["other"] | {"context": 0.0}}
+    costs_ctx = costs | {"other": costs["other"] | {"context": 0.0, "context_one": 0.0}}
     calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs_ctx))
     cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
     assert cfg.shape == "context" and "context alone" in note

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from core.calibration import (CONTEXT, MIXED, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
+from core.calibration import (CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
                               verdict)
 from core.config import SpecConfig
 from core.decoding import cost
@@ -100,39 +100,49 @@ def config_for(pipe, method: str, **over) -> SpecConfig:
     return SpecConfig(method=method, **(draft_defaults(pipe.model_id) | over)).validate(pipe.vocab_size)
 
 
+STEP_PROMPTS = ("conv", "code")  # the categories whose first shipped prompts time the steps beside the context
 MIXED_WITH = "nanospec"  # the head whose run beside the context measures every head's mixed steps' bookkeeping
 DRAFT_TIMERS = ("draft_backbone", "lm_head")  # the engine's timers of the parts the draft curves stand for
 
 
-def engine_steps(pipe, method: str, prompt: str, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
-    """What the curves leave out of one engine run's steps: the mean per-step milliseconds over the steps that drafted
-    the model ("model") and over those that did not ("plain"), None where none did: each step's wall time (from one
-    record to the next) less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and
-    context. So the context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the
-    engine's mix of passes beyond the curve's, all count (none below 0: where the engine's passes cost less than the
-    curve's, the curve stands). With draft_ms(intake) (the curves' draft of a step after one that emitted `intake`
-    tokens): "draft_scale", the engine's draft timers over it (the drafter and the head run between target passes in
-    the engine, in a row of their own in the curves)."""
+def engine_steps(pipe, method: str, prompts, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
+    """What the curves leave out of engine runs' steps (one run of n_new tokens per prompt): the mean per-step
+    milliseconds by kind of step, None where there was none: "model" (the model drafted), "one" (1 row verified,
+    nothing drafted) and "continued" (the context's rows alone). Each step's wall time (from one record to the next)
+    less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and context; so the
+    context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the engine's mix of
+    passes beyond the curve's, all count (a kind's mean is not below 0: where the engine's passes cost less than the
+    curve's, the curve stands). A continued step costs more than a 1-row one beyond its rows (SmolLM2, 2026-12-03:
+    ~2.2 against ~0.9 ms), so a run's mix of the two must not set both. With draft_ms(intake) (the curves' draft of a
+    step after one that emitted `intake` tokens): "draft_scale", the engine's draft timers over it (the drafter and
+    the head run between target passes in the engine, in a row of their own in the curves)."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
-    rest, ctx, t, intake, draft = ([], []), len(pipe.prompt_ids(prompt)), time.perf_counter(), 1, [0.0, 0.0]
-    for r in pipe.run(prompt, cfg):
-        now = time.perf_counter()
-        if r.kind in ("step", "ar"):
-            rows = 1 + (len(r.tree["tokens"]) if r.kind == "step" and r.tree else 0)
-            drafted = r.kind == "step" and bool(r.tree and r.tree.get("head_calls"))
-            timers = sum(r.timing_ms[k] for k in DRAFT_TIMERS)
-            rest[drafted].append(1e3 * (now - t) - timers - verify_ms(rows, ctx))
-            if drafted and draft_ms is not None:
-                draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
-        ctx, intake, t = ctx + len(r.emitted), len(r.emitted), now
-    out = {k: max(statistics.mean(x), 0.0) if x else None for k, x in (("model", rest[1]), ("plain", rest[0]))}
+    rest, draft = {"model": [], "one": [], "continued": []}, [0.0, 0.0]
+    for prompt in [prompts] if isinstance(prompts, str) else prompts:
+        ctx, t, intake = len(pipe.prompt_ids(prompt)), time.perf_counter(), 1
+        for r in pipe.run(prompt, cfg):
+            now = time.perf_counter()
+            if r.kind in ("step", "ar"):
+                rows = 1 + (len(r.tree["tokens"]) if r.kind == "step" and r.tree else 0)
+                drafted = r.kind == "step" and bool(r.tree and r.tree.get("head_calls"))
+                timers = sum(r.timing_ms[k] for k in DRAFT_TIMERS)
+                kind = "model" if drafted else "one" if rows == 1 else "continued"
+                rest[kind].append(1e3 * (now - t) - timers - verify_ms(rows, ctx))
+                if drafted and draft_ms is not None:
+                    draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
+            ctx, intake, t = ctx + len(r.emitted), len(r.emitted), now
+    out = {k: max(statistics.mean(x), 0.0) if x else None for k, x in rest.items()}
     return out | {"draft_scale": draft[0] / draft[1] if draft[1] > 0 else None}
 
 
-def step_overhead(pipe, method: str, prompt: str, n_new: int, verify_ms, **over) -> float:
-    """engine_steps' overhead over every step of a run (the model drafts every step or none)."""
-    got = engine_steps(pipe, method, prompt, n_new, verify_ms, **over)
-    return got["plain"] if got["model"] is None else got["model"]
+def beside_context(got: dict, fallback: dict | None = None) -> dict:
+    """The bookkeeping of a context run's steps without the model: {CONTEXT: continued, CONTEXT_ONE: 1 row}, a kind
+    the run lacked taken from fallback (else the other kind, else 0)."""
+    fallback = fallback or {}
+    one, cont = got["one"], got["continued"]
+    one = one if one is not None else fallback.get(CONTEXT_ONE, cont)
+    cont = cont if cont is not None else fallback.get(CONTEXT, one)
+    return {CONTEXT: cont or 0.0, CONTEXT_ONE: one or 0.0}
 
 
 PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
@@ -179,20 +189,19 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     def verify_ms(rows: int, n_ctx: float) -> float:
         at = [cost.Costs.at(verify[c], rows) for c in xs]
         return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
-    scale = {}
+    scale, runs = {}, [p.text for p in example_prompts() if p.category in STEP_PROMPTS]
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
         c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
         got = run(engine_steps, pipe, m, prompt, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
         other[m], scale[m] = got["model"], got["draft_scale"]
-    progress("bookkeeping per step: the context alone")
-    other[CONTEXT] = run(lambda: step_overhead(pipe, "nanospec", prompt, 24, verify_ms, shape=CONTEXT, context="on"))
-    other["ar"] = run(step_overhead, pipe, "ar", prompt, 24, verify_ms)
+    progress("bookkeeping per step: the context alone, plain decoding")
+    other |= beside_context(run(lambda: engine_steps(pipe, "nanospec", runs, 32, verify_ms, shape=CONTEXT, context="on")))
+    other["ar"] = run(engine_steps, pipe, "ar", runs, 32, verify_ms)["one"]
     progress("bookkeeping per step: the model's tree beside the context")
     head = MIXED_WITH if MIXED_WITH in other else args.methods[0]
-    got = run(lambda: engine_steps(pipe, head, prompt, 32, verify_ms, context="on"))
-    other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head],
-                    "context": other[CONTEXT] if got["plain"] is None else got["plain"]}
+    got = run(lambda: engine_steps(pipe, head, runs, 32, verify_ms, context="on"))
+    other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head]} | beside_context(got, other)
     progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
     prefill = run(prefill_curves, pipe, args.reps, ids)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
