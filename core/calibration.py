@@ -157,6 +157,7 @@ class Verdict:
     t_step_ms: float
     t_ar_ms: float
     run_speedup: float | None = None  # predicted for the whole run (prefills included: cost.run_speedup)
+    context: bool = False         # drafting from the context (alone, or beside the model's tree)
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -201,7 +202,7 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
             return None
         tau, t_step = cs.alone()
         return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar,
-                       whole_run(data, tau, t_step, run))
+                       whole_run(data, tau, t_step, run), context=True)
     if method not in acc.get("heads", {}) or method not in data.get("head", {}):
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
@@ -213,7 +214,8 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
         steps = max(run[1] - 1, 1) / steady[0] if run else None  # ModelSwitch warms up once a run
         tau, t_step = with_model(c, method, s, tau, cs, steps) if run else steady
         name += " + context"
-    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run))
+    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run),
+                   context=cs is not None)
 
 
 def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dict:
@@ -239,21 +241,32 @@ def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dic
 
 def best_choice(data: dict, acc: dict, method: str, context: bool, allow_alone: bool = True) -> tuple:
     """(shape or None for the context alone, its Verdict): the model's tree or chain over cost.shape_grid of highest
-    predicted speedup (with context drafting on: mixed with the context's steps), or, with context on and
-    allow_alone, the context alone where that is faster. (None, None) where the calibration lacks this method."""
+    predicted speedup (with context drafting on: mixed with the context's steps); with context on and allow_alone,
+    auto's whole choice: the model with the context, the model alone (Verdict.context False) or the context alone,
+    whichever is predicted fastest. (None, None) where the calibration lacks this method."""
     best = (None, None)
     if method in acc.get("heads", {}) and method in data.get("head", {}):
-        s, _ = cost.best_of(cost.shape_grid(), lambda s: verdict(data, acc, method, s, context).speedup)
-        best = (s, verdict(data, acc, method, s, context))
+        for ctx in (context, False) if context and allow_alone else (context,):
+            s, _ = cost.best_of(cost.shape_grid(), lambda s, ctx=ctx: verdict(data, acc, method, s, ctx).speedup)
+            v = verdict(data, acc, method, s, ctx)
+            if best[1] is None or v.speedup > best[1].speedup:
+                best = (s, v)
     alone = verdict(data, acc, method, None) if context and allow_alone else None
     if alone is not None and (best[1] is None or alone.speedup >= best[1].speedup):
         return None, alone
     return best
 
 
+def home_verdict(data: dict, acc: dict, method: str, s: cost.Shape, context: bool, allow_off: bool):
+    """The default shape's Verdict: with context on and allow_off, the better of it with the context and without."""
+    home = verdict(data, acc, method, s, context)
+    off = verdict(data, acc, method, s, False) if context and allow_off else None
+    return off if home is None or (off is not None and off.speedup > home.speedup) else home
+
+
 def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
     """(cfg with a concrete shape, one line saying what `auto` chose and why). A cfg not on auto comes back as it is.
-    allow_context: with context drafting on, the choices include no model draft at all."""
+    allow_context: with context drafting on, the choices include no model draft at all, and the model alone."""
     if cfg.shape != "auto":
         return cfg, ""
     fallback = replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
@@ -261,20 +274,24 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
     if cfg.method == "ar" or pipe.drafter is None:
         return fallback, ""
     data, acc = cached(pipe)
-    s, v = best_choice(data, acc, cfg.method, cfg.context == "on", allow_context) if data and acc else (None, None)
+    on = cfg.context == "on"
+    s, v = best_choice(data, acc, cfg.method, on, allow_context) if data and acc else (None, None)
     if v is None:
         missing = "python -m core calibrate" + ("" if acc else " --acceptance")
         return fallback, (f"auto: no calibration for this machine and model ({missing}); "
                           f"the model's measured shape {shape_name(shape_of(fallback))}")
-    home = verdict(data, acc, cfg.method, shape_of(fallback), cfg.context == "on")
+    home = home_verdict(data, acc, cfg.method, shape_of(fallback), on, allow_context)
+    off = "" if home is None or home.context or not on else ", context drafting off (predicted faster without it)"
     if home is not None and v.speedup < home.speedup * (1 + MARGIN):
-        return fallback, (f"auto: the default shape {home.shape}, predicted {home.speedup:.2f}× plain decoding on this "
-                          f"machine (the grid's best, {v.shape} at {v.speedup:.2f}×, is within the cost model's "
-                          f"{MARGIN:.0%} margin)")
-    chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, **s.config())
-    return chosen, (f"auto: {v.shape}, predicted {v.speedup:.2f}× plain decoding on this machine "
-                    f"(τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f}; the default shape "
-                    f"{home.shape if home else shape_label(fallback)} {home.speedup if home else 0:.2f}×)")
+        return replace(fallback, context="on" if home.context else "off"), (
+            f"auto: the default shape {home.shape}{off}, predicted {home.speedup:.2f}× plain decoding on this machine "
+            f"(the grid's best, {v.shape} at {v.speedup:.2f}×, is within the cost model's {MARGIN:.0%} margin)")
+    chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, context="on" if v.context else "off",
+                                                                   **s.config())
+    return chosen, (f"auto: {v.shape}{'' if v.context or not on else ', context drafting off'}, predicted "
+                    f"{v.speedup:.2f}× plain decoding on this machine (τ {v.tau:.2f} against a break-even τ of "
+                    f"{v.break_even_tau:.2f}; the default shape {home.shape if home else shape_label(fallback)} "
+                    f"{home.speedup if home else 0:.2f}×)")
 
 
 # ---------------------------------------------------------------- will it pay here? (what the app's panel shows)

@@ -1,7 +1,7 @@
 """--shape auto against the fixed choices it picks from, on held-out prompts, interleaved per prompt in one process
 (docs/cost.md). Run after `python -m core calibrate --acceptance`:
 PYTHONPATH=. python tests/ab_auto_shape.py [--model M] [--draft D] [--tokens N] [--per-category K] [--rounds R] [--grid]
---grid adds a measured grid search (depth 2-6, top-k 1-4, size 4-16, chains 1-6, context as the model sets it)."""
+--grid adds a measured grid search (depth 2-6, top-k 1-4, size 4-16, chains 1-6, context drafting on)."""
 import argparse
 import dataclasses
 import time
@@ -38,7 +38,7 @@ def variants(pipe, n: int) -> dict:
            "context alone": dataclasses.replace(base, shape="context", context="on"),
            f"best model shape {shape_label(best)}": dataclasses.replace(best, context="off"),
            f"best model shape {shape_label(best)} +context": dataclasses.replace(best, context="on")}
-    out[f"auto ({shape_label(auto)})"] = auto
+    out[f"auto ({shape_label(auto)}{' +context' if auto.context == 'on' and auto.shape != 'context' else ''})"] = auto
     return out
 
 
@@ -67,7 +67,7 @@ def main() -> None:
     pipe = Pipeline.load(args.model or "smollm2-135m-instruct", draft=args.draft)
     cfgs, prompts = variants(pipe, args.tokens), held_out(args.per_category)
     if args.grid:
-        cfgs |= grid(cfgs[next(k for k in cfgs if k.startswith("auto"))])
+        cfgs |= grid(dataclasses.replace(cfgs[next(k for k in cfgs if k.startswith("auto"))], context="on"))
     for c in cfgs.values():  # warm-up
         list(pipe.run(prompts[0].text, dataclasses.replace(c, max_new_tokens=4)))
     tokens, seconds, same = dict.fromkeys(cfgs, 0), dict.fromkeys(cfgs, 0.0), dict.fromkeys(cfgs, 0)
@@ -96,6 +96,9 @@ def main() -> None:
         pred, tau = p["predicted_speedup"], step_tokens[name] / max(steps[name], 1)
         print(f"{name + (' (best of the grid)' if name == best else ''):<44} {tokens[name] / seconds[name] / ar:8.2f}x "
               f"{pred or 0:8.2f}x {tau:5.2f} {p.get('predicted_tau') or 0:6.2f} {same[name]:>4}/{len(prompts) * args.rounds}")
+    ranked = sorted((n for n in cfgs if n.startswith("grid")), key=lambda n: -tokens[n] / seconds[n])
+    if ranked:
+        print("the grid's five fastest: " + ", ".join(f"{n[5:]} {tokens[n] / seconds[n] / ar:.2f}x" for n in ranked[:5]))
     if best:
         print(f"identical to plain decoding over the whole grid: {sum(same[n] for n in cfgs if n.startswith('grid'))}"
               f"/{sum(n.startswith('grid') for n in cfgs) * len(prompts) * args.rounds}")

@@ -181,6 +181,16 @@ def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe,
     assert off.shape in ("tree", "chain")  # with context drafting off, a model draft is the only choice
 
 
+def test_auto_turns_context_drafting_off_where_the_model_alone_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.0, "rows": 3.0,
+                                                                                         "drafted": 0.5})
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
+    assert cfg.shape in ("tree", "chain") and cfg.context == "off" and "context drafting off" in note
+    compared, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"),
+                                            allow_context=False)
+    assert compared.context == "on"  # Compare keeps the user's context setting for every head
+
+
 def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pipe, costs, tmp_path, monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
     prompt = "the cat sat on the mat the cat sat on the mat the cat"
@@ -221,6 +231,28 @@ def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, 
     assert min(1.0, cs.tau_c, alone.tau) < mixed.tau < max(cs.tau_c, alone.tau)  # each kind of step at its share
     steady = calibration.with_model(calibration.costs_of(data, "nanospec"), "nanospec", s, alone.tau, cs)
     assert (mixed.tau, mixed.t_step_ms) == pytest.approx(steady)
+
+
+def test_a_context_runs_steps_are_timed_by_kind_one_row_and_continued(pipe, single_thread):
+    prompt = "the cat sat on the mat the cat sat on the mat the cat"  # repeats: the context finds continuations
+    with torch.no_grad():
+        got = calibrate.engine_steps(pipe, "nanospec", [prompt, prompt], 12, lambda rows, ctx: 0.0, shape="context",
+                                     context="on")
+    assert got["model"] is None and got["continued"] is not None and got["continued"] > 0  # curve 0: all is overhead
+    assert calibrate.engine_steps(pipe, "ar", prompt, 4, lambda rows, ctx: 0.0)["one"] > 0
+
+
+def test_the_continued_and_one_row_costs_fall_back_to_each_other_where_a_run_lacked_one():
+    assert calibrate.beside_context({"one": 0.5, "continued": 2.0}) == {"context": 2.0, "context_one": 0.5}
+    assert calibrate.beside_context({"one": None, "continued": 2.0}) == {"context": 2.0, "context_one": 2.0}
+    assert calibrate.beside_context({"one": 0.5, "continued": None}, {"context": 1.5}) == {"context": 1.5,
+                                                                                          "context_one": 0.5}
+
+
+def test_a_context_steps_one_row_and_continued_steps_cost_their_own_bookkeeping():
+    data = {"verify": [10.0, 12.0, 14.0], "backbone": [1.0], "other": {"context": 3.0, "context_one": 1.0}}
+    cs = calibration.context_steps(data, {"context": {"tau": 2.0, "rows": 2.0, "drafted": 0.5}})
+    assert (cs.t_1, cs.t_c, cs.rows_c) == pytest.approx((11.0, 17.0, 3.0))  # 10 + 1; 14 + 3 over 3 rows
 
 
 def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tmp_path, monkeypatch, single_thread):

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from core.calibration import (CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, best_choice, calibration_key, costs_path, load_json, shape_of,
-                              verdict)
+from core.calibration import (CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, best_choice, calibration_key, costs_path,
+                              load_json, shape_of, verdict)
 from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.draft import DraftState
