@@ -182,8 +182,11 @@ def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe,
 
 
 def test_auto_turns_context_drafting_off_where_the_model_alone_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.0, "rows": 3.0,
-                                                                                         "drafted": 0.5})
+    beside = {"context": 5.0, "context_one": 0.0}  # the context's rows never pay (τ 1) and cost 5 ms a step
+    synthetic = costs | {"verify": [10.0] * 32, "backbone": [1.0] * 3, "head": {"nanospec": [0.5] * 3},
+                         "draft_scale": {}, "other": {"nanospec": 0.0, "ar": 0.0, **beside, "mixed": {"model": 0.0, **beside}}}
+    calibrated(pipe, synthetic, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.0, "rows": 3.0,
+                                                                                             "drafted": 0.5})
     cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
     assert cfg.shape in ("tree", "chain") and cfg.context == "off" and "context drafting off" in note
     compared, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"),
