@@ -281,14 +281,17 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
         return fallback, (f"auto: no calibration for this machine and model ({missing}); "
                           f"the model's measured shape {shape_name(shape_of(fallback))}")
     home = home_verdict(data, acc, cfg.method, shape_of(fallback), on, allow_context)
-    off = "" if home is None or home.context or not on else ", context drafting off (predicted faster without it)"
+    modelled = on and context_steps(data, acc) is not None  # else the verdicts leave the user's setting as it is
+
+    def context_of(v: Verdict) -> str:
+        return ("on" if v.context else "off") if modelled else cfg.context
+    off = "" if home is None or context_of(home) == cfg.context else ", context drafting off (predicted faster without it)"
     if home is not None and v.speedup < home.speedup * (1 + MARGIN):
-        return replace(fallback, context="on" if home.context else "off"), (
+        return replace(fallback, context=context_of(home)), (
             f"auto: the default shape {home.shape}{off}, predicted {home.speedup:.2f}× plain decoding on this machine "
             f"(the grid's best, {v.shape} at {v.speedup:.2f}×, is within the cost model's {MARGIN:.0%} margin)")
-    chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, context="on" if v.context else "off",
-                                                                   **s.config())
-    return chosen, (f"auto: {v.shape}{'' if v.context or not on else ', context drafting off'}, predicted "
+    chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, context=context_of(v), **s.config())
+    return chosen, (f"auto: {v.shape}{'' if chosen.context == cfg.context else ', context drafting off'}, predicted "
                     f"{v.speedup:.2f}× plain decoding on this machine (τ {v.tau:.2f} against a break-even τ of "
                     f"{v.break_even_tau:.2f}; the default shape {home.shape if home else shape_label(fallback)} "
                     f"{home.speedup if home else 0:.2f}×)")

@@ -194,6 +194,13 @@ def test_auto_turns_context_drafting_off_where_the_model_alone_is_predicted_fast
     assert compared.context == "on"  # Compare keeps the user's context setting for every head
 
 
+def test_auto_leaves_context_drafting_on_where_the_calibration_has_no_context_statistics(pipe, costs, tmp_path,
+                                                                                         monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)  # no "context" entry: not modelled
+    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
+    assert cfg.context == "on" and "context drafting off" not in note
+
+
 def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pipe, costs, tmp_path, monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
     prompt = "the cat sat on the mat the cat sat on the mat the cat"
