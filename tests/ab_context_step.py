@@ -14,7 +14,7 @@ for rnd in range(2):
     for name in ("nanospec+context", "context"):
         pp = pipe if name != "context" else ctx_pipe
         cfg = SpecConfig(method="nanospec", context="on", max_new_tokens=128)
-        tot = defaultdict(float); n = 0; wall = 0.0; model_steps = 0
+        tot, n, wall, model_steps = defaultdict(float), 0, 0.0, 0
         for p in ps:
             t0 = time.perf_counter()
             recs = list(pp.run(p.text, cfg))
@@ -22,7 +22,8 @@ for rnd in range(2):
             for r in recs:
                 if r.kind == "step":
                     n += 1
-                    for k, v in r.timing_ms.items(): tot[k] += v
+                    for k, v in r.timing_ms.items():
+                        tot[k] += v
                     model_steps += any(o == "model" for o in r.tree.get("origin", []))
         print(rnd, name, "steps", n, "model steps", model_steps, "wall", round(wall, 2), "ms/step", round(wall * 1000 / n, 2),
               {k: round(v / n, 2) for k, v in tot.items()})
