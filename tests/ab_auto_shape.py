@@ -66,6 +66,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model or "smollm2-135m-instruct", draft=args.draft)
     cfgs, prompts = variants(pipe, args.tokens), held_out(args.per_category)
+    rows = sum(len(pipe.prompt_ids(q.text)) for q in prompts) / len(prompts)
     if args.grid:
         cfgs |= grid(dataclasses.replace(cfgs[next(k for k in cfgs if k.startswith("auto"))], context="on"))
     for c in cfgs.values():  # warm-up
@@ -92,7 +93,7 @@ def main() -> None:
     for name, c in cfgs.items():
         if name == "ar" or (name.startswith("grid") and name != best):
             continue
-        p = prediction(pipe, c)
+        p = prediction(pipe, c, rows)  # the whole run's, prefills included, as measured
         pred, tau = p["predicted_speedup"], step_tokens[name] / max(steps[name], 1)
         print(f"{name + (' (best of the grid)' if name == best else ''):<44} {tokens[name] / seconds[name] / ar:8.2f}x "
               f"{pred or 0:8.2f}x {tau:5.2f} {p.get('predicted_tau') or 0:6.2f} {same[name]:>4}/{len(prompts) * args.rounds}")

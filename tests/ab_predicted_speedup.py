@@ -80,10 +80,10 @@ def main() -> None:
         errs.append(pred["predicted_speedup"] / measured - 1)
         n, toks, _, ms = steps[name(v)]
         print(f"{name(v):<28} predicted {pred['predicted_speedup']:.2f}x (step for step {pred['predicted_step_speedup']:.2f}x)"
-              f", measured {measured:.2f}x ({errs[-1]:+.0%}); τ {toks / max(n, 1):.2f} (predicted "
+              f", measured {measured:.2f}x ({errs[-1]:+.1%}); τ {toks / max(n, 1):.2f} (predicted "
               f"{pred['predicted_tau']:.2f}), {ms / max(n, 1):.1f} ms a step (predicted {pred['predicted_step_ms']:.1f})")
     if errs:
-        print(f"largest error {max(map(abs, errs)):.0%}; the AR step predicted {pred['predicted_ar_ms']:.1f} ms")
+        print(f"largest error {max(map(abs, errs)):.1%}; the AR step predicted {pred['predicted_ar_ms']:.1f} ms")
 
 
 if __name__ == "__main__":
