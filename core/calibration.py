@@ -285,13 +285,15 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
 
     def context_of(v: Verdict) -> str:
         return ("on" if v.context else "off") if modelled else cfg.context
-    off = "" if home is None or context_of(home) == cfg.context else ", context drafting off (predicted faster without it)"
+
+    def off(v: Verdict) -> str:
+        return "" if context_of(v) == cfg.context else ", context drafting off (predicted faster without it)"
     if home is not None and v.speedup < home.speedup * (1 + MARGIN):
         return replace(fallback, context=context_of(home)), (
-            f"auto: the default shape {home.shape}{off}, predicted {home.speedup:.2f}× plain decoding on this machine "
+            f"auto: the default shape {home.shape}{off(home)}, predicted {home.speedup:.2f}× plain decoding on this machine "
             f"(the grid's best, {v.shape} at {v.speedup:.2f}×, is within the cost model's {MARGIN:.0%} margin)")
     chosen = replace(cfg, shape=CONTEXT) if s is None else replace(cfg, context=context_of(v), **s.config())
-    return chosen, (f"auto: {v.shape}{'' if chosen.context == cfg.context else ', context drafting off'}, predicted "
+    return chosen, (f"auto: {v.shape}{off(v)}, predicted "
                     f"{v.speedup:.2f}× plain decoding on this machine (τ {v.tau:.2f} against a break-even τ of "
                     f"{v.break_even_tau:.2f}; the default shape {home.shape if home else shape_label(fallback)} "
                     f"{home.speedup if home else 0:.2f}×)")

@@ -10,19 +10,10 @@ import torch
 
 from core.calibration import prediction, resolve_shape, shape_label
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts
+from core.experiments.prompts import load_prompts, per_category
 from core.models import draft_defaults
 from core.pipeline import Pipeline
 from core.trace.stats import compare_to_ar
-
-
-def held_out(per_category: int, path="assets/prompts/heldout.jsonl") -> list:
-    seen, out = {}, []
-    for p in load_prompts([path]):
-        seen[p.category] = seen.get(p.category, 0) + 1
-        if seen[p.category] <= per_category:
-            out.append(p)
-    return out
 
 
 def variants(pipe, n: int) -> dict:
@@ -65,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pipe = Pipeline.load(args.model or "smollm2-135m-instruct", draft=args.draft)
-    cfgs, prompts = variants(pipe, args.tokens), held_out(args.per_category)
+    cfgs, prompts = variants(pipe, args.tokens), per_category(load_prompts(["assets/prompts/heldout.jsonl"]), args.per_category)
     rows = sum(len(pipe.prompt_ids(q.text)) for q in prompts) / len(prompts)
     if args.grid:
         cfgs |= grid(dataclasses.replace(cfgs[next(k for k in cfgs if k.startswith("auto"))], context="on"))

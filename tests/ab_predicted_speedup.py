@@ -8,22 +8,13 @@ import torch
 
 from core.calibration import prediction
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts
+from core.experiments.prompts import load_prompts, per_category
 from core.pipeline import Pipeline
 
 TREE = {"shape": "tree", "depth": 3, "top_k": 2, "tree_size": 6}
 VARIANTS = (("ar", {}, "off"), ("nanospec", {"shape": "chain", "gamma": 1}, "on"), ("nanospec", {"shape": "context"}, "on"),
             ("nanospec", TREE, "on"), ("nanospec", TREE, "off"), ("full", TREE, "off"),
             ("nanospec", {"shape": "chain", "gamma": 3}, "off"))
-
-
-def first_per_category(path="assets/prompts/heldout.jsonl", per: int = 1) -> list:
-    seen, out = {}, []
-    for p in load_prompts([path]):
-        seen[p.category] = seen.get(p.category, 0) + 1
-        if seen[p.category] <= per:
-            out.append(p)
-    return out
 
 
 def config(pipe, v, n) -> SpecConfig:
@@ -48,7 +39,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(2)
     pipe = Pipeline.load(args.model, draft=args.draft) if args.model else Pipeline.load()
-    prompts = first_per_category(per=args.per_category)
+    prompts = per_category(load_prompts(["assets/prompts/heldout.jsonl"]), args.per_category)
     rows = sum(len(pipe.prompt_ids(q.text)) for q in prompts) / len(prompts)
     for v in VARIANTS:  # warm-up
         list(pipe.run(prompts[0].text, config(pipe, v, 4)))

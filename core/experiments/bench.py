@@ -49,13 +49,9 @@ def parse(argv):
 
 def select_prompts(args) -> list:
     """Prompts of --prompts (default: the shipped set), only --categories, at most --limit per category."""
-    from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts
+    from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts, per_category
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
-    prompts, seen = [], {}
-    for p in load_prompts(args.prompts or [DEFAULT_PROMPTS], categories=cats):
-        seen[p.category] = seen.get(p.category, 0) + 1
-        if args.limit is None or seen[p.category] <= args.limit:
-            prompts.append(p)
+    prompts = per_category(load_prompts(args.prompts or [DEFAULT_PROMPTS], categories=cats), args.limit)
     if not prompts:
         raise SpecError("no prompts to run (check --prompts / --categories)")
     return prompts

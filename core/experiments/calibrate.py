@@ -175,7 +175,8 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     """Every cost of the cost model. run(fn, *args) makes each measurement (the app passes its engine thread's call,
     so a visitor's run waits for one curve, not the whole calibration)."""
     from core.experiments.prompts import example_prompts
-    prompt = example_prompts()[0].text
+    examples = example_prompts()
+    prompt = examples[0].text
     ids = pipe.prompt_ids(prompt)
     contexts = [int(c) for c in args.contexts.split(",")]
     verify = {}
@@ -189,15 +190,15 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     def verify_ms(rows: int, n_ctx: float) -> float:
         at = [cost.Costs.at(verify[c], rows) for c in xs]
         return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
-    scale, runs = {}, [p.text for p in example_prompts() if p.category in STEP_PROMPTS]
+    scale, runs = {}, [p.text for p in examples if p.category in STEP_PROMPTS]
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
         c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
         got = run(engine_steps, pipe, m, prompt, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
-        other[m], scale[m] = got["model"], got["draft_scale"]
+        other[m], scale[m] = got["model"] or 0.0, got["draft_scale"]
     progress("bookkeeping per step: the context alone, plain decoding")
     other |= beside_context(run(lambda: engine_steps(pipe, "nanospec", runs, 32, verify_ms, shape=CONTEXT, context="on")))
-    other["ar"] = run(engine_steps, pipe, "ar", runs, 32, verify_ms)["one"]
+    other["ar"] = run(engine_steps, pipe, "ar", runs, 32, verify_ms)["one"] or 0.0
     progress("bookkeeping per step: the model's tree beside the context")
     head = MIXED_WITH if MIXED_WITH in other else args.methods[0]
     got = run(lambda: engine_steps(pipe, head, runs, 32, verify_ms, context="on"))
@@ -213,12 +214,8 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
 
 def measure_acceptance(pipe, args, progress=print) -> dict:
     """a[d][r] per head from engine runs with the WIDE tree on the shipped prompts (--limit per category)."""
-    from core.experiments.prompts import load_prompts
-    seen, prompts = {}, []
-    for p in load_prompts():
-        seen[p.category] = seen.get(p.category, 0) + 1
-        if seen[p.category] <= args.limit:
-            prompts.append(p)
+    from core.experiments.prompts import load_prompts, per_category
+    prompts = per_category(load_prompts(), args.limit)
     out = {}
     for m in args.methods:
         progress(f"acceptance: {m} on {len(prompts)} prompts")

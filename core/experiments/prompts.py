@@ -98,6 +98,16 @@ def load_prompts(paths=DEFAULT_PROMPTS, limit: int | None = None, categories=Non
     return prompts[:limit] if limit is not None else prompts
 
 
+def per_category(prompts: list[Prompt], k: int | None) -> list[Prompt]:
+    """The first k prompts of each category, in their order (k None: all)."""
+    seen, out = {}, []
+    for p in prompts:
+        seen[p.category] = seen.get(p.category, 0) + 1
+        if k is None or seen[p.category] <= k:
+            out.append(p)
+    return out
+
+
 def example_prompts() -> list[Prompt]:
     """The first shipped prompt of each category, in CATEGORIES order (for the UI)."""
     prompts = load_prompts(DEFAULT_PROMPTS)
