@@ -201,3 +201,19 @@ def test_a_close_call_is_explored_every_explore_period():
 def test_a_model_that_pays_is_drafted_except_at_exploration_steps():
     sw, choices = _switch_after_warmup(model_ms=12.0, model_tokens_per_step=1.5)
     assert 64 - sum(choices) == 64 // (sw.EXPLORE * sw.FAR)
+
+
+def test_the_switch_weighs_the_model_apart_on_steps_with_and_without_a_context_branch():
+    from core.decoding.context import ModelSwitch
+    sw, ctx = ModelSwitch(), ContextDrafter([1, 2, 3, 1, 2])
+    branch = ctx.propose()
+    assert branch, "the history's suffix 1 2 continues with 3"
+    costs = {0: ((10.0, 0), (12.0, 0.1)), 1: ((12.0, 0), (14.0, 1.0))}  # (ms, model tokens) without / with the model
+    for branches in ([], branch):
+        for _ in range(2 * sw.WARM):
+            drafted = sw.use_model(ctx, branches)
+            sw.observe(drafted, *costs[bool(branches)][drafted])
+    plain = sum(sw.use_model(ctx, []) for _ in range(64))
+    beside = sum(sw.use_model(ctx, branch) for _ in range(64))
+    assert plain <= 64 // sw.EXPLORE  # 1.1 tokens in 12 ms lose to 1 in 10 ms; pooled means (11 vs 13 ms) chose the model
+    assert beside >= 64 - 64 // sw.EXPLORE  # a whole model token for 2 ms more beside the branch pays

@@ -12,9 +12,9 @@ engine over the curves', is measured: there the drafter and the head run between
 A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
 emit to match plain decoding.
 With context drafting on, a fraction f of steps finds a continuation in the token history (core/decoding/context.py),
-and ModelSwitch drafts the model's tree as well where its running means say that raises tokens per ms, exploring the
-other choice every EXPLORE-th step (every EXPLORE·FAR-th where one side wins by more than CLOSE), after WARM steps of
-each. Four kinds of step mix, each at its share p:
+and ModelSwitch drafts the model's tree as well where its running means say that raises tokens per ms (means kept
+apart for steps with and without a continuation), exploring the other choice every EXPLORE-th step (every EXPLORE·FAR-th
+where one side wins by more than CLOSE), after WARM steps of each. Four kinds of step mix, each at its share p:
     no continuation:  plain, 1 token at t_1            or the model's tree, τ_m at t_m
     a continuation:   the context alone, τ_c at t_c    or both, τ_mc = τ_c + (τ_m − 1)(1 − α_c) at t_mc
     τ = Σ p τ_kind        t_step = Σ p t_kind                                               (switched)
@@ -143,26 +143,17 @@ def model_share(gain: float) -> float:
 def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float, steps: float | None = None) -> tuple:
     """(τ, t_step) of context drafting beside the model's tree, each kind of step given as (τ, t_ms): where the
     context has no continuation (1 − f of steps) plain or model, where it has one ctx or both, as ModelSwitch chooses
-    from its own running means (solved as a fixed point: the mean ms of the steps with and without the model, the
-    model's tokens per step, the context's expected tokens τ_c − 1 and first-token chance α_c); steps: a run's step
-    count, of which ModelSwitch's warm-up takes WARM with the model and WARM without (None: the steady state alone)."""
-    warm = min(ModelSwitch.WARM / steps, 0.5) if steps else 0.0
-    alpha, kinds = 1 - 1 / ctx[0], (plain, model, ctx, both)
-
-    def shares(p_none: float, p_ctx: float) -> list:
-        return [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
-
-    def mean(ws: list, xs: list) -> float:
-        return sum(w * x for w, x in zip(ws, xs)) / max(sum(ws), 1e-9)
-    p_none = p_ctx = 0.5
-    for _ in range(16):
-        w = shares(p_none, p_ctx)
-        t_without, t_with = mean(w[0::2], [plain[1], ctx[1]]), mean(w[1::2], [model[1], both[1]])
-        gain = mean(w[1::2], [model[0] - 1, (model[0] - 1) * (1 - alpha)])  # the model's accepted tokens a step
-        r_none = (1 + gain) * t_without / t_with  # ModelSwitch.use_model's ratio: tokens per ms with / without
-        r_ctx = (ctx[0] + gain * (1 - alpha)) * t_without / (ctx[0] * t_with)
-        p_none, p_ctx = (warm + (1 - 2 * warm) * model_share(r) for r in (r_none, r_ctx))
-    w = shares(p_none, p_ctx)
+    from its running means of each pair apart (tokens per ms with the model over without it); steps: a run's step
+    count, of which ModelSwitch's warm-up takes WARM with the model and WARM without on each side (None: the steady
+    state alone)."""
+    def share(without: tuple, with_model: tuple, n: float) -> float:
+        warm = min(ModelSwitch.WARM / n, 0.5) if steps else 0.0
+        gain = with_model[0] * without[1] / (without[0] * with_model[1])  # ModelSwitch.use_model's ratio
+        return warm + (1 - 2 * warm) * model_share(gain)
+    p_none = share(plain, model, max((1 - f) * (steps or 0), 1e-9))
+    p_ctx = share(ctx, both, max(f * (steps or 0), 1e-9))
+    w = [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
+    kinds = (plain, model, ctx, both)
     return sum(p * k[0] for p, k in zip(w, kinds)), sum(p * k[1] for p, k in zip(w, kinds))
 
 
