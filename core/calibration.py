@@ -45,9 +45,10 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
-MEASURES = 4  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+MEASURES = 5  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
 #               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the
-#               draft's scale; 4: a context run's 1-row and continued steps' bookkeeping apart, over two prompts
+#               draft's scale; 4: a context run's 1-row and continued steps' bookkeeping apart, over two prompts;
+#               5: the verify curve timed from the most rows down
 
 
 def calibration_key(pipe) -> dict:
@@ -55,7 +56,7 @@ def calibration_key(pipe) -> dict:
     how they are measured."""
     from core.runtime.fast import kernels_id
     return {"machine": machine(), "model": pipe.model_id, "draft": pipe.draft_name, "runtime": pipe.runtime_name,
-            "runtime_note": getattr(pipe, "runtime_note", ""), "dtype": str(pipe.model.dtype).removeprefix("torch."),
+            "runtime_note": getattr(pipe, "products_note", getattr(pipe, "runtime_note", "")), "dtype": str(pipe.model.dtype).removeprefix("torch."),
             "kernels": kernels_id(), "measures": MEASURES}
 
 

@@ -4,10 +4,12 @@ The app, the CLI and the benchmarks all go through here, so they see the same en
 """
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from core import arithmetic
 from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.decoding.draft import ModelDrafter
 from core.decoding.engine import generate
@@ -18,6 +20,7 @@ from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, lo
 from core.paths import ASSETS
 from core.runtime.config import FastConfig
 from core.runtime.fast import make_runner
+from core.runtime.weights import codes_math
 
 _LOADED = {}
 _LOAD_LOCK = threading.Lock()
@@ -72,8 +75,7 @@ def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runti
     """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
     "eagle", or a draft model id sharing the target's tokenizer. draft_weights: a draft model's layer weights
     (see draft_weights_of)."""
-    if draft == "auto":
-        draft = "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
+    draft = resolve_draft(model_id, draft)
     if draft == "self":
         return ModelDrafter(make_runner(model, tokenizer, runtime), "self"), "self"
     if draft == "context":  # prompt lookup alone (core/decoding/context.py): no draft model, no draft head
@@ -85,6 +87,24 @@ def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runti
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
     check_same_tokenizer(tokenizer, draft_tok)
     return model_drafter(draft_model, draft_tok, draft, runtime, draft_weights), draft
+
+
+def resolve_draft(model_id, draft="auto") -> str:
+    """The draft a name stands for: "auto" is the shipped EAGLE head where there is one, else "self"."""
+    if draft == "auto":
+        return "eagle" if (head_dir(model_id) / "eagle.safetensors").exists() else "self"
+    return draft
+
+
+def target_config(model_id, draft, dtype) -> tuple:
+    """(the target's FastConfig, a note): SPECLENS_GGUF_MATH=auto takes the calibrated arithmetic where both are
+    recorded for this machine, model pair and dtype (core/arithmetic.py)."""
+    fc = FastConfig()
+    if fc.codes_math != "auto":
+        return fc, ""
+    rule = codes_math(fc, dtype)
+    math, note = arithmetic.chosen(model_id, resolve_draft(model_id, draft), str(dtype).removeprefix("torch."), rule)
+    return (fc if math in ("", rule) else replace(fc, codes_math=math)), note
 
 
 def draft_weights_of(draft_weights: str, dtype) -> str:
@@ -121,11 +141,14 @@ def load_key(model_id, draft="auto", runtime="auto", device=None, dtype=None, dr
 class Pipeline:
     """A target Runner, a Drafter and the model's tables; `Pipeline.load` builds one from a model id."""
 
-    def __init__(self, model_id, model, tokenizer, target: Runner, drafter: Drafter | None, draft_name, fr_rank=None):
+    def __init__(self, model_id, model, tokenizer, target: Runner, drafter: Drafter | None, draft_name, fr_rank=None,
+                 math_note=""):
         self.model_id, self.model, self.tokenizer = model_id, model, tokenizer
         self.target = target
         self.runtime_name = target.runtime_name
-        self.runtime_note = runtime_note(target) + draft_note(drafter)
+        self.products_note = runtime_note(target) + draft_note(drafter)  # what a calibration's costs depend on
+        self.math_note = math_note  # why this GGUF arithmetic (core/arithmetic.py), "" where auto's rule chose
+        self.runtime_note = self.products_note + (f"; {math_note}" if math_note else "")
         self.vocab_size = target.vocab_size
         self.drafter, self.draft_name = drafter, draft_name
         self.fr_rank = fr_rank
@@ -141,14 +164,16 @@ class Pipeline:
         with _LOAD_LOCK:
             if key not in _LOADED:
                 model, tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
-                target = make_runner(model, tokenizer, runtime)
+                fc, note = target_config(model_id, draft, model.dtype)
+                target = make_runner(model, tokenizer, runtime, fc)
                 if dtype is None and model.dtype == torch.bfloat16 and getattr(target, "exact_reason", ""):
                     # auto keeps bf16 only where its verify rows are exact; elsewhere fp32, whose ties are rarer
                     model, tokenizer = load_model(model_id, device=device, dtype=torch.float32)
-                    target = make_runner(model, tokenizer, runtime)
+                    fc, note = target_config(model_id, draft, model.dtype)
+                    target = make_runner(model, tokenizer, runtime, fc)
                 drafter, draft_name = make_drafter(model_id, model, tokenizer, target, draft, runtime, draft_weights)
                 _LOADED[key] = cls(model_id, model, tokenizer, target, drafter, draft_name,
-                                   load_fr_ranks(model_id, target.vocab_size))
+                                   load_fr_ranks(model_id, target.vocab_size), note)
             return _LOADED[key]
 
     def with_draft_weights(self, draft_weights: str) -> "Pipeline":
@@ -160,7 +185,7 @@ class Pipeline:
             runner = self.drafter.runner
             drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
             self._requantized[draft_weights] = Pipeline(self.model_id, self.model, self.tokenizer, self.target,
-                                                        drafter, self.draft_name, self.fr_rank)
+                                                        drafter, self.draft_name, self.fr_rank, self.math_note)
         return self._requantized[draft_weights]
 
     def slim_factors(self, rank: int, init: str = "trained"):

@@ -6,9 +6,10 @@ import time
 
 import torch
 
-from core.calibration import prediction
+from core.calibration import SHAPE_KEYS, prediction
 from core.config import SpecConfig
 from core.experiments.prompts import load_prompts, per_category
+from core.models import draft_defaults
 from core.pipeline import Pipeline
 
 TREE = {"shape": "tree", "depth": 3, "top_k": 2, "tree_size": 6}
@@ -18,8 +19,10 @@ VARIANTS = (("ar", {}, "off"), ("nanospec", {"shape": "chain", "gamma": 1}, "on"
 
 
 def config(pipe, v, n) -> SpecConfig:
+    """The variant over the model's own head settings (the pair's W_max, preview, ...), as calibrated and predicted."""
     method, shape, context = v
-    return SpecConfig(method=method, max_new_tokens=n, context=context, **shape).validate(pipe.vocab_size)
+    base = {k: x for k, x in draft_defaults(pipe.model_id).items() if k not in SHAPE_KEYS + ("context",)}
+    return SpecConfig(method=method, max_new_tokens=n, context=context, **(base | shape)).validate(pipe.vocab_size)
 
 
 def name(v) -> str:

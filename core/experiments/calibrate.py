@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from core import arithmetic
 from core.calibration import (CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, best_choice, calibration_key, costs_path,
                               load_json, shape_of, verdict)
 from core.config import SpecConfig
@@ -24,6 +25,8 @@ from core.decoding.draft import DraftState
 from core.errors import SpecError
 from core.experiments.args import add_engine_args, config_from, pipeline_from
 from core.paths import write_atomic
+from core.runtime.config import FastConfig
+from core.runtime.weights import codes_math, maths_here
 from core.trace.stats import acceptance_counts, acceptance_rates
 
 HEADS = ("full", "frspec", "nanospec", "slimspec", "nanoslim")
@@ -260,6 +263,7 @@ def save_costs(pipe, args, progress=print, run=direct) -> dict:
     costs = {"key": key, "date": time.strftime("%Y-%m-%d"), "load_avg": round(load, 2),
              **measure_costs(pipe, args, progress, run)}
     write_atomic(costs_path(key), json.dumps(costs, indent=1))
+    arithmetic.record(pipe, costs, load_json(acceptance_path(pipe)))
     return costs
 
 
@@ -269,6 +273,23 @@ def defaults(**over) -> argparse.Namespace:
     for k, v in over.items():
         setattr(args, k, v)
     return args
+
+
+def print_arithmetic(pipe, costs: dict, acc: dict | None) -> None:
+    """Records this arithmetic's speeds (core/arithmetic.py) and says what auto does with them."""
+    path = arithmetic.record(pipe, costs, acc)
+    if path is None:
+        return
+    got, math = arithmetic.load(path), arithmetic.pipeline_math(pipe)
+    print(f"GGUF arithmetic {math}: plain {got[math]['plain_tok_s']:.1f} tok/s, best {got[math]['best_tok_s']:.1f} "
+          f"({got[math]['best']}), predicted")
+    other = {"bf16": "int8", "int8": "bf16"}[math]
+    if other in got:
+        rule = codes_math(FastConfig(), pipe.model.dtype)
+        print(arithmetic.chosen(pipe.model_id, pipe.draft_name, str(pipe.model.dtype).removeprefix("torch."), rule)[1])
+    elif math == "bf16" and other in maths_here(pipe.model.dtype):
+        print(f"{other} also runs here: SPECLENS_GGUF_MATH={other} python -m core calibrate (same options) lets auto "
+              f"pick the faster")
 
 
 # ---------------------------------------------------------------- CLI
@@ -315,6 +336,7 @@ def main(argv=None) -> int:
         acc = measure_acceptance(pipe, args) if args.acceptance else load_json(acceptance_path(pipe))
     if args.acceptance:
         write_atomic(acceptance_path(pipe), json.dumps(acc, indent=1))
+    print_arithmetic(pipe, costs, acc)
     print(f"costs: {path} ({time.perf_counter() - t0:.0f} s; {key['machine']['cpu']}, "
           f"{'/'.join(key['machine']['features'])}, {key['machine']['threads']} threads, {key['runtime_note']})")
     print(f"target step t(1) {costs['verify'][0]:.1f} ms, t(8) {costs['verify'][7]:.1f} ms, t(16) {costs['verify'][15]:.1f} ms; "

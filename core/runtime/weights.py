@@ -269,7 +269,8 @@ def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing; the matrices of other types on their
     int8 blocks: `auto_int8_rest`); int8 where AVX2 is the best codes variant, and for a bf16 model on AVX512-BF16
     without AMX, where q8_mm's VNNI products are faster than the bf16 codes at 1 and at 9 rows (docs/runtime.md); an
-    fp32 model on AMX / AVX512-BF16 keeps its fp32 products."""
+    fp32 model on AMX / AVX512-BF16 keeps its fp32 products. Where both arithmetics have been calibrated for a model
+    pair, Pipeline.load sets the faster one instead of this rule (core/arithmetic.py)."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
     variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16
@@ -277,6 +278,12 @@ def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
         return "bf16" if variant != "none" and bf16 else ""
     auto_int8 = variant == "avx2" or (variant == "avx512" and bf16)
     return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or auto_int8) else ""
+
+
+def maths_here(dtype) -> list:
+    """The GGUF products that run on this CPU (under SPECLENS_CPU_ISA) for a model of dtype: 'bf16', 'int8'."""
+    return [m for m, ok in (("bf16", dtype == torch.bfloat16 and isa.codes_variant() != "none"),
+                            ("int8", gguf_q8.available())) if ok]
 
 
 def codes_of(model, a: Arch, fc: FastConfig) -> dict:
