@@ -23,12 +23,9 @@ METHOD = "nanospec"  # the head whose auto choice (context on) stands for an ari
 def pipeline_math(pipe) -> str:
     """The GGUF arithmetic a pipeline's target runs: 'bf16' where any matrix multiplies by its bf16 codes, 'int8'
     where they all run on int8 blocks (SmolLM2's Q4_1 / Q8_0 have no bf16 codes), '' without GGUF products."""
-    from core.kernels.cpu.gguf_q8 import is_label
+    from core.runtime.weights import labels_math
     target = pipe.target
-    if not getattr(target, "on_codes", False):
-        return ""
-    labels = target.codes_variant.split(" + ")
-    return "int8" if all(is_label(v) for v in labels) else "bf16"
+    return labels_math(target.codes_variant) if getattr(target, "on_codes", False) else ""
 
 
 def choice_path(model_id: str, draft: str, dtype: str) -> Path:

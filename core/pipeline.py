@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from core import arithmetic
+import core.arithmetic as arithmetic
 from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.decoding.draft import ModelDrafter
 from core.decoding.engine import generate

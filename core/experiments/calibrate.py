@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from core import arithmetic
+import core.arithmetic as arithmetic
 from core.calibration import (CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, best_choice, calibration_key, costs_path,
                               load_json, shape_of, verdict)
 from core.config import SpecConfig

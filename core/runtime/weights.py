@@ -280,6 +280,12 @@ def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or auto_int8) else ""
 
 
+def labels_math(codes_variant: str) -> str:
+    """A runner's codes labels ('amx-bf16 + avx512-vnni', ...) -> its arithmetic: 'int8' where every label names a
+    q8_mm variant, else 'bf16'."""
+    return "int8" if all(gguf_q8.is_label(v) for v in codes_variant.split(" + ")) else "bf16"
+
+
 def maths_here(dtype) -> list:
     """The GGUF products that run on this CPU (under SPECLENS_CPU_ISA) for a model of dtype: 'bf16', 'int8'."""
     return [m for m, ok in (("bf16", dtype == torch.bfloat16 and isa.codes_variant() != "none"),
