@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from core.errors import SpecError
+
 SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c")]
 HEADERS = [Path(__file__).with_name("gguf_q8_dot.h")]  # included by gguf_q8.c: part of the build's key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
@@ -36,6 +38,8 @@ SIGNATURES = {
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, P, P, ctypes.c_int],
+    "q8_set_prefetch": [ctypes.c_int],
+    "q8_set_pair_rows": [ctypes.c_int],
     "layers_q8": [ctypes.c_int, P, I, I, P, I, P, F, P, P, P, P, P, I, I, I, I, I, F, I, ctypes.c_int, P, ctypes.c_int,
                   ctypes.c_int],
 }
@@ -99,9 +103,21 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa"):
+    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "q8_prefetch_bytes", "q8_pair_rows"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
+    so.q8_set_prefetch(prefetch_setting())
     return so
+
+
+def prefetch_setting() -> int:
+    """SPECLENS_Q8_PREFETCH: bytes q8_mm prefetches past each output group's blocks (0: none); unset or 'auto': by the
+    CPU (none on AMD, 2048 elsewhere: gguf_q8.c). Only the memory traffic's timing changes, never a product."""
+    raw = os.environ.get("SPECLENS_Q8_PREFETCH", "auto").strip().lower()
+    if raw in ("", "auto"):
+        return -1
+    if not raw.isdigit():
+        raise SpecError(f"SPECLENS_Q8_PREFETCH={raw!r}: use auto or a number of bytes (0: none)")
+    return int(raw)
 
 
 def why_not() -> str:

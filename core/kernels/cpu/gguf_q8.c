@@ -118,11 +118,40 @@ int q8_isa(void) {
             __builtin_cpu_supports("avx512bw") ? 4 : 0);
 }
 
-/* the blocks PF bytes past an output row's, as many as the row holds: one core alone keeps too few misses in flight
- * to stream them at the memory's rate (as codes_mm) */
+/* the blocks PF bytes past an output row's, as many as the row holds: one Intel core alone keeps too few misses in
+ * flight to stream them at the memory's rate (as codes_mm); on AMD Zen 4 the burst halves the 1-row rate (38 against
+ * 59-81 ms for the 1.5B's products, 2026-12-04), so there none: q8_prefetch_bytes() */
 #define PF 2048
+static int pf_bytes = -1;  /* -1: by this CPU's vendor; set by q8_set_prefetch */
+
+void q8_set_prefetch(int bytes) { pf_bytes = bytes; }
+
+int q8_prefetch_bytes(void) {
+    if (pf_bytes < 0) {
+        __builtin_cpu_init();
+        pf_bytes = __builtin_cpu_is("amd") ? 0 : PF;
+    }
+    return pf_bytes;
+}
+
+/* AVX512-VNNI pairs two interleaved groups in zmm in passes of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
+ * ops in two halves) the pairing's inserts cost more than they save below 5 rows (the 1.5B's matrices at 1 row: 8.2
+ * against 14.1 ms unpaired; at 9 rows 27.9 against 38.8 paired, 2026-12-04). Either way the same floats. */
+static int pair_rows = -1;  /* -1: by this CPU's vendor; set by q8_set_pair_rows */
+
+void q8_set_pair_rows(int rows) { pair_rows = rows; }
+
+int q8_pair_rows(void) {
+    if (pair_rows < 0) {
+        __builtin_cpu_init();
+        pair_rows = __builtin_cpu_is("amd") ? 5 : 1;
+    }
+    return pair_rows;
+}
+
 static inline void ahead(const uint8_t *row, int64_t len) {
-    for (int64_t at = 0; at < len; at += 64) _mm_prefetch((const char *)row + PF + at, _MM_HINT_T0);
+    int pf = q8_prefetch_bytes();
+    for (int64_t at = 0; pf && at < len; at += 64) _mm_prefetch((const char *)row + pf + at, _MM_HINT_T0);
 }
 
 static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
@@ -139,8 +168,8 @@ static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, i
 
 /* whether interleaved groups g (even) and g + 1 of an n-output matrix go through zmm together (AVX512-VNNI, both
  * whole and interleaved, one type) */
-static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n) {
-    return variant == V_AVX512 && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
+static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n, int m) {
+    return variant == V_AVX512 && m >= q8_pair_rows() && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
            types[g * OB] == types[(g + 1) * OB];
 }
 
@@ -164,9 +193,9 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         for (int o0 = 0; o0 < n; o0 += OB) {
             int g = o0 / OB;
             int64_t gx = x8_off && o0 + OB <= n ? x8_off[g] : -1, gbytes = (int64_t)(k / 32) * X8_BYTES(types[o0]);
-            if (g % 2 == 1 && paired(variant, x8_off, types, g - 1, n))
+            if (g % 2 == 1 && paired(variant, x8_off, types, g - 1, n, m))
                 continue;  /* done with the group before it */
-            if (g % 2 == 0 && paired(variant, x8_off, types, g, n)) {  /* this group and the next in zmm */
+            if (g % 2 == 0 && paired(variant, x8_off, types, g, n, m)) {  /* this group and the next in zmm */
                 int64_t g1 = x8_off[g + 1];
                 ahead(x8 + gx, gbytes);
                 ahead(x8 + g1, gbytes);
@@ -192,6 +221,10 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
 
 #else
 int q8_isa(void) { return 0; }
+void q8_set_prefetch(int bytes) { (void)bytes; }
+void q8_set_pair_rows(int rows) { (void)rows; }
+int q8_pair_rows(void) { return 0; }
+int q8_prefetch_bytes(void) { return 0; }
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
            const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads) {
     (void)variant; (void)x; (void)m; (void)k; (void)n; (void)types; (void)off; (void)raw; (void)kinds; (void)y; (void)threads;
