@@ -1,0 +1,61 @@
+"""python -m core.experiments.bench_q8_settings: q8_mm's memory and register settings side by side on a GGUF model's
+own blocks (two layers and the head): prefetch burst or none, zmm pairing on or off, per q8_mm variant and row count,
+interleaved, the least of --reps. The settings change no float (tests/test_gguf_q8.py); only the time differs."""
+import argparse
+import time
+
+import torch
+
+from core.calibration import machine
+from core.kernels.cpu import cpu_layer, gguf_q8, isa
+from core.models import fetch_gguf
+
+
+def matrices(model: str, layers: tuple) -> dict:
+    """{'head' | 'i.wqkv' ...: RawCodes} of the given layers (row order as first read: the time is the same)."""
+    path = fetch_gguf(model)
+    n_layers = 1 + max(int(t.split(".")[1]) for t in gguf_q8.tensor_table(path) if t.startswith("blk."))
+    raw = gguf_q8.model_raw(path, n_layers, 1, 1)
+    keep = {n: b for n, b in raw.items() if n == "head" or int(n.split(".")[0]) in layers}
+    return {n: b[0]() if isinstance(b, list) else b for n, b in keep.items()}
+
+
+def pass_ms(mats: dict, variant: str, rows: int) -> float:
+    t = 0.0
+    for c in mats.values():
+        x = torch.randn(rows, c.k)
+        t0 = time.perf_counter()
+        gguf_q8.q8_mm(x, c._replace(variant=variant))
+        t += time.perf_counter() - t0
+    return 1000 * t
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.experiments.bench_q8_settings")
+    p.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 6, 9])
+    p.add_argument("--reps", type=int, default=7)
+    args = p.parse_args(argv)
+    torch.set_num_threads(2)
+    mats, lib = matrices(args.model, (3, 17)), cpu_layer.lib()
+    settings = [(pf, pair) for pf in (2048, 0) for pair in (1, 99)]
+    best, before = {}, (lib.q8_prefetch_bytes(), lib.q8_pair_rows())
+    for _ in range(args.reps):
+        for rows in args.rows:
+            for v in isa.q8_variants():
+                for pf, pair in settings if v == "avx512" else [(pf, 99) for pf in (2048, 0)]:
+                    lib.q8_set_prefetch(pf), lib.q8_set_pair_rows(pair)
+                    key = (rows, v, pf, pair)
+                    best[key] = min(best.get(key, 1e9), pass_ms(mats, v, rows))
+    lib.q8_set_prefetch(before[0]), lib.q8_set_pair_rows(before[1])
+    features = "/".join(machine()["features"])
+    print(f"{args.model}: layers 3, 17 and the head; {features}; defaults here: prefetch {before[0]} B, "
+          f"zmm pairing from {before[1]} rows")
+    print("rows variant  prefetch  paired       ms")
+    for (rows, v, pf, pair), ms in sorted(best.items()):
+        print(f"{rows:4d} {v:8s} {pf:8d}  {'yes' if pair == 1 else 'no':6s} {ms:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
