@@ -135,8 +135,8 @@ int q8_prefetch_bytes(void) {
 }
 
 /* AVX512-VNNI pairs two interleaved groups in zmm in passes of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
- * ops in two halves) the pairing's inserts cost more than they save below 5 rows (the 1.5B's matrices at 1 row: 8.2
- * against 14.1 ms unpaired; at 9 rows 27.9 against 38.8 paired, 2026-12-04). Either way the same floats. */
+ * ops in two halves) the pairing's inserts cost more than they save below 6 rows (the 1.5B's matrices at 1 row: 8.2
+ * ms unpaired against 14.1 paired; at 9 rows 27.9 paired against 38.8, 2026-12-04). Either way the same floats. */
 static int pair_rows = -1;  /* -1: by this CPU's vendor; set by q8_set_pair_rows */
 
 void q8_set_pair_rows(int rows) { pair_rows = rows; }
@@ -144,7 +144,7 @@ void q8_set_pair_rows(int rows) { pair_rows = rows; }
 int q8_pair_rows(void) {
     if (pair_rows < 0) {
         __builtin_cpu_init();
-        pair_rows = __builtin_cpu_is("amd") ? 5 : 1;
+        pair_rows = __builtin_cpu_is("amd") ? 6 : 1;
     }
     return pair_rows;
 }
