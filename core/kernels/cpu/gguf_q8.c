@@ -124,33 +124,29 @@ int q8_isa(void) {
 #define PF 2048
 static int pf_bytes = -1;  /* -1: by this CPU's vendor; set by q8_set_prefetch */
 
-void q8_set_prefetch(int bytes) { pf_bytes = bytes; }
-
-int q8_prefetch_bytes(void) {
-    if (pf_bytes < 0) {
+/* *setting where set (>= 0), else on_amd on AMD CPUs and elsewhere otherwise */
+static int by_vendor(int *setting, int on_amd, int elsewhere) {
+    if (*setting < 0) {
         __builtin_cpu_init();
-        pf_bytes = __builtin_cpu_is("amd") ? 0 : PF;
+        *setting = __builtin_cpu_is("amd") ? on_amd : elsewhere;
     }
-    return pf_bytes;
+    return *setting;
 }
 
-/* AVX512-VNNI pairs two interleaved groups in zmm in passes of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
+void q8_set_prefetch(int bytes) { pf_bytes = bytes; }
+
+int q8_prefetch_bytes(void) { return by_vendor(&pf_bytes, 0, PF); }
+
+/* AVX512-VNNI pairs two interleaved groups in zmm in calls of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
  * ops in two halves) the pairing's inserts cost more than they save below 6 rows (the 1.5B's matrices at 1 row: 8.2
  * ms unpaired against 14.1 paired; at 9 rows 27.9 paired against 38.8, 2026-12-04). Either way the same floats. */
 static int pair_rows = -1;  /* -1: by this CPU's vendor; set by q8_set_pair_rows */
 
 void q8_set_pair_rows(int rows) { pair_rows = rows; }
 
-int q8_pair_rows(void) {
-    if (pair_rows < 0) {
-        __builtin_cpu_init();
-        pair_rows = __builtin_cpu_is("amd") ? 6 : 1;
-    }
-    return pair_rows;
-}
+int q8_pair_rows(void) { return by_vendor(&pair_rows, 6, 1); }
 
-static inline void ahead(const uint8_t *row, int64_t len) {
-    int pf = q8_prefetch_bytes();
+static inline void ahead(const uint8_t *row, int64_t len, int pf) {
     for (int64_t at = 0; pf && at < len; at += 64) _mm_prefetch((const char *)row + pf + at, _MM_HINT_T0);
 }
 
@@ -168,8 +164,8 @@ static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, i
 
 /* whether interleaved groups g (even) and g + 1 of an n-output matrix go through zmm together (AVX512-VNNI, both
  * whole and interleaved, one type) */
-static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n, int m) {
-    return variant == V_AVX512 && m >= q8_pair_rows() && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
+static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n, int wide) {
+    return variant == V_AVX512 && wide && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
            types[g * OB] == types[(g + 1) * OB];
 }
 
@@ -179,6 +175,7 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
            const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads) {
     Act a = {k, NULL, NULL, NULL, NULL, NULL, NULL};
     int passes = (m + RB - 1) / RB, per_pass = (m + passes - 1) / passes;  /* even passes: 17 rows = 9 + 8 */
+    int pf = q8_prefetch_bytes(), wide = m >= q8_pair_rows();  /* read once, before the threads start */
     if (kinds & 1) {
         a.q256 = malloc((size_t)m * k), a.d256 = malloc((size_t)m * (k / 256) * 4), a.bs16 = malloc((size_t)m * (k / 16) * 2);
     }
@@ -193,25 +190,25 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
         for (int o0 = 0; o0 < n; o0 += OB) {
             int g = o0 / OB;
             int64_t gx = x8_off && o0 + OB <= n ? x8_off[g] : -1, gbytes = (int64_t)(k / 32) * X8_BYTES(types[o0]);
-            if (g % 2 == 1 && paired(variant, x8_off, types, g - 1, n, m))
+            if (g % 2 == 1 && paired(variant, x8_off, types, g - 1, n, wide))
                 continue;  /* done with the group before it */
-            if (g % 2 == 0 && paired(variant, x8_off, types, g, n, m)) {  /* this group and the next in zmm */
+            if (g % 2 == 0 && paired(variant, x8_off, types, g, n, wide)) {  /* this group and the next in zmm */
                 int64_t g1 = x8_off[g + 1];
-                ahead(x8 + gx, gbytes);
-                ahead(x8 + g1, gbytes);
+                ahead(x8 + gx, gbytes, pf);
+                ahead(x8 + g1, gbytes, pf);
                 for (int r0 = 0; r0 < m; r0 += per_pass)
                     dot16_avx512(types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n);
                 continue;
             }
             if (gx >= 0) {
-                ahead(x8 + gx, gbytes);
+                ahead(x8 + gx, gbytes, pf);
                 for (int r0 = 0; r0 < m; r0 += per_pass)
                     dot8(variant, types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, &a, r0, y + o0, n);
                 continue;
             }
             for (int r0 = 0; r0 < m; r0 += per_pass)
                 for (int o = o0; o < o0 + OB && o < n; o++) {
-                    if (r0 == 0) ahead(raw + off[o], o + 1 < n ? off[o + 1] - off[o] : 0);
+                    if (r0 == 0) ahead(raw + off[o], o + 1 < n ? off[o + 1] - off[o] : 0, pf);
                     dot(variant, types[o], r0 + per_pass < m ? per_pass : m - r0, raw + off[o], &a, r0, y + o, n);
                 }
         }
