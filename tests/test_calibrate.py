@@ -58,6 +58,18 @@ def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, sin
                                                                              "mixed"}
 
 
+def test_the_verify_curve_times_each_row_count_to_17_then_every_4th_and_is_linear_between(pipe, monkeypatch,
+                                                                                          single_thread):
+    assert calibrate.curve_rows(32) == list(range(1, 18)) + [20, 24, 28, 32]
+    timed, forward = [], pipe.target.forward
+    monkeypatch.setattr(pipe.target, "forward", lambda ids, *a, **k: (timed.append(len(ids)), forward(ids, *a, **k))[1])
+    with torch.no_grad():
+        curve = calibrate.verify_curve(pipe, 32, 26, 1, list(range(3, 40)))
+    assert set(timed) - {32} == set(calibrate.curve_rows(26)) and 18 not in timed and len(curve) == 26
+    assert curve[21] == pytest.approx(curve[19] + (curve[23] - curve[19]) / 2)  # t(22) halfway between t(20), t(24)
+    assert curve[25] > 0
+
+
 def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
     pre = costs["prefill"]
     assert pre["rows"] == list(calibrate.PREFILL_AT) and len(pre["target"]) == len(pre["draft"]) == len(pre["rows"])

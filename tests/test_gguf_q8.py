@@ -68,29 +68,30 @@ def test_each_row_is_the_same_whatever_rows_share_the_call(variant):
 
 
 @needs_q8
-@pytest.mark.parametrize("pair_rows, prefetch", [(1, 2048), (99, 0), (5, 0)])
-def test_zmm_pairing_and_prefetch_settings_change_no_float(pair_rows, prefetch):
+@pytest.mark.parametrize("pair_rows, prefetch, stream", [(1, 2048, 0), (99, 0, 2048), (5, 0, 64), (1, 0, 4096)])
+def test_zmm_pairing_and_prefetch_settings_change_no_float(pair_rows, prefetch, stream):
     from core.kernels.cpu import cpu_layer
     parts = [(kind, random_blocks(kind, 40, 512, i, scale=0.01), 40, 512, None) for i, kind in enumerate(KINDS)]
     c = q8.matrix_raw(parts)._replace(variant=isa.q8_variant())
     x = torch.randn(9, c.k, generator=torch.Generator().manual_seed(6))
     lib, reference = cpu_layer.lib(), q8.q8_mm(x, c._replace(variant="avx2"))
-    before = lib.q8_pair_rows(), lib.q8_prefetch_bytes()
+    before = lib.q8_pair_rows(), lib.q8_prefetch_bytes(), lib.q8_stream_bytes()
     try:
-        lib.q8_set_pair_rows(pair_rows), lib.q8_set_prefetch(prefetch)
+        lib.q8_set_pair_rows(pair_rows), lib.q8_set_prefetch(prefetch), lib.q8_set_stream(stream)
         assert all(torch.equal(q8.q8_mm(x[:m], c), reference[:m]) for m in (1, 4, 5, 9))
     finally:
-        lib.q8_set_pair_rows(before[0]), lib.q8_set_prefetch(before[1])
+        lib.q8_set_pair_rows(before[0]), lib.q8_set_prefetch(before[1]), lib.q8_set_stream(before[2])
 
 
-def test_a_prefetch_setting_that_is_not_a_byte_count_is_refused_by_name(monkeypatch):
+@pytest.mark.parametrize("var", ["SPECLENS_Q8_PREFETCH", "SPECLENS_Q8_STREAM"])
+def test_a_prefetch_setting_that_is_not_a_byte_count_is_refused_by_name(monkeypatch, var):
     from core.errors import SpecError
     from core.kernels.cpu.cpu_layer import prefetch_setting
-    monkeypatch.setenv("SPECLENS_Q8_PREFETCH", "lots")
-    with pytest.raises(SpecError, match="SPECLENS_Q8_PREFETCH"):
-        prefetch_setting()
-    monkeypatch.setenv("SPECLENS_Q8_PREFETCH", "0")
-    assert prefetch_setting() == 0
+    monkeypatch.setenv(var, "lots")
+    with pytest.raises(SpecError, match=var):
+        prefetch_setting(var)
+    monkeypatch.setenv(var, "0")
+    assert prefetch_setting(var) == 0
 
 
 @needs_q8

@@ -1,6 +1,7 @@
 """python -m core.experiments.bench_q8_settings: q8_mm's memory and register settings side by side on a GGUF model's
-own blocks (two layers and the head): prefetch burst or none, zmm pairing on or off, per q8_mm variant and row count,
-interleaved, the least of --reps. The settings change no float (tests/test_gguf_q8.py); only the time differs."""
+own blocks (two layers and the head): a prefetch burst per group, a stream ahead or none, zmm pairing on or off, per
+q8_mm variant and row count, interleaved, the least of --reps. The settings change no float (tests/test_gguf_q8.py);
+only the time differs."""
 import argparse
 import time
 
@@ -38,22 +39,22 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     mats, lib = matrices(args.model, (3, 17)), cpu_layer.lib()
-    settings = [(pf, pair) for pf in (2048, 0) for pair in (1, 99)]
-    best, before = {}, (lib.q8_prefetch_bytes(), lib.q8_pair_rows())
+    memory = {"burst": (2048, 0), "none": (0, 0), "stream": (0, 2048)}  # (prefetch burst, stream distance) in bytes
+    best, before = {}, (lib.q8_prefetch_bytes(), lib.q8_stream_bytes(), lib.q8_pair_rows())
     for _ in range(args.reps):
         for rows in args.rows:
             for v in isa.q8_variants():
-                for pf, pair in settings if v == "avx512" else [(pf, 99) for pf in (2048, 0)]:
-                    lib.q8_set_prefetch(pf), lib.q8_set_pair_rows(pair)
-                    key = (rows, v, pf, pair)
+                for mem, pair in [(mem, pair) for mem in memory for pair in ((1, 99) if v == "avx512" else (99,))]:
+                    lib.q8_set_prefetch(memory[mem][0]), lib.q8_set_stream(memory[mem][1]), lib.q8_set_pair_rows(pair)
+                    key = (rows, v, mem, pair)
                     best[key] = min(best.get(key, 1e9), pass_ms(mats, v, rows))
-    lib.q8_set_prefetch(before[0]), lib.q8_set_pair_rows(before[1])
+    lib.q8_set_prefetch(before[0]), lib.q8_set_stream(before[1]), lib.q8_set_pair_rows(before[2])
     features = "/".join(machine()["features"])
-    print(f"{args.model}: layers 3, 17 and the head; {features}; defaults here: prefetch {before[0]} B, "
-          f"zmm pairing from {before[1]} rows")
-    print("rows variant  prefetch  paired       ms")
-    for (rows, v, pf, pair), ms in sorted(best.items()):
-        print(f"{rows:4d} {v:8s} {pf:8d}  {'yes' if pair == 1 else 'no':6s} {ms:8.2f}")
+    print(f"{args.model}: layers 3, 17 and the head; {features}; defaults here: prefetch burst {before[0]} B, "
+          f"stream {before[1]} B ahead, zmm pairing from {before[2]} rows")
+    print("rows variant  memory  paired       ms")
+    for (rows, v, mem, pair), ms in sorted(best.items()):
+        print(f"{rows:4d} {v:8s} {mem:7s} {'yes' if pair == 1 else 'no':6s} {ms:8.2f}")
     return 0
 
 

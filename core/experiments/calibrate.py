@@ -66,10 +66,17 @@ def prefilled(pipe, n_ctx: int, ids: list):
     return prompt, pipe.target.logits(hidden), feats
 
 
+def curve_rows(rows: int) -> list:
+    """The row counts verify_curve times: each up to 17 (a pass of up to 16 rows, the kinks of q8_mm's zmm pairing,
+    the first split into two passes), then every 4th and the last; past 17 the passes grow in even steps."""
+    return [n for n in range(1, rows + 1) if n <= 17 or n % 4 == 0 or n == rows]
+
+
 def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
     """t_verify(n), n = 1 .. rows: the target's pass over n new rows after n_ctx committed ones, logits included,
-    timed from the most rows down: a 1-row pass takes ~5 passes to settle after a 32-row one (SmolLM2: 6.0 ms falling
-    to 4.0), so timed first or after the widest it read 40% above the engine's plain steps."""
+    timed at curve_rows (linear between them) from the most rows down: a 1-row pass takes ~5 passes to settle after a
+    32-row one (SmolLM2: 6.0 ms falling to 4.0), so timed first or after the widest it read 40% above the engine's
+    plain steps."""
     prompt, _, _ = prefilled(pipe, n_ctx, ids)
     drop = torch.zeros(0, dtype=torch.long)
 
@@ -77,7 +84,9 @@ def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
         h, _ = pipe.target.forward(prompt[:n], torch.arange(n_ctx, n_ctx + n), None)
         pipe.target.logits(h)
         pipe.target.commit(drop)
-    return ms_rounds([lambda n=n: verify(n) for n in range(rows, 0, -1)], reps)[::-1]
+    ns = curve_rows(rows)
+    timed = ms_rounds([lambda n=n: verify(n) for n in reversed(ns)], reps)[::-1]
+    return [cost.interpolate(ns, timed, n) for n in range(1, rows + 1)]
 
 
 def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:

@@ -40,6 +40,7 @@ SIGNATURES = {
     "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, P, P, ctypes.c_int],
     "q8_set_prefetch": [ctypes.c_int],
     "q8_set_pair_rows": [ctypes.c_int],
+    "q8_set_stream": [ctypes.c_int],
     "layers_q8": [ctypes.c_int, P, I, I, P, I, P, F, P, P, P, P, P, I, I, I, I, I, F, I, ctypes.c_int, P, ctypes.c_int,
                   ctypes.c_int],
 }
@@ -103,20 +104,22 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "q8_prefetch_bytes", "q8_pair_rows"):
+    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     so.q8_set_prefetch(prefetch_setting())
+    so.q8_set_stream(prefetch_setting("SPECLENS_Q8_STREAM"))
     return so
 
 
-def prefetch_setting() -> int:
-    """SPECLENS_Q8_PREFETCH: bytes q8_mm prefetches past each output group's blocks (0: none); unset or 'auto': by the
-    CPU (none on AMD, 2048 elsewhere: gguf_q8.c). Only the memory traffic's timing changes, never a product."""
-    raw = os.environ.get("SPECLENS_Q8_PREFETCH", "auto").strip().lower()
+def prefetch_setting(var: str = "SPECLENS_Q8_PREFETCH") -> int:
+    """q8_mm's prefetch in bytes (0: none; unset or 'auto': -1, by the CPU, gguf_q8.c): SPECLENS_Q8_PREFETCH, the burst
+    past each output group's blocks before its dot products (2048 on Intel, none on AMD); SPECLENS_Q8_STREAM, how far
+    ahead the dot products prefetch as they go (2048 on AMD, none elsewhere). Only the timing changes, never a product."""
+    raw = os.environ.get(var, "auto").strip().lower()
     if raw in ("", "auto"):
         return -1
     if not raw.isdigit():
-        raise SpecError(f"SPECLENS_Q8_PREFETCH={raw!r}: use auto or a number of bytes (0: none)")
+        raise SpecError(f"{var}={raw!r}: use auto or a number of bytes (0: none)")
     return int(raw)
 
 
