@@ -38,3 +38,19 @@ def test_a_window_suffix_sets_the_stream_window_of_stream_heads_only():
 def test_a_preview_suffix_names_nanospecs_low_rank_preview_only():
     assert variant("nanospec-noctx-p64") == ("nanospec", {"context": "off", "preview": 64})
     assert variant("slimspec-p64") is None and variant("nanospec-r64-p64") is None
+
+
+def test_the_memory_bound_gives_our_generation_phase_apart_where_the_rows_time_it(tiny_target):
+    from core.experiments.bandwidth import memory_bound
+    rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.45}]
+    assert memory_bound(rows, tiny_target, gbs=1.0)["ar_decode_ms"] == 50.0
+    assert "ar_decode_ms" not in memory_bound([{"variant": "ar", "wall_s": 1.0, "new_tokens": 10}], tiny_target, gbs=1.0)
+
+
+def test_the_table_sets_each_variants_generation_phase_beside_our_ars():
+    from core.experiments.bench_pair import table
+    rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.9},
+            {"variant": "llamacpp", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.45},
+            {"variant": "hf", "wall_s": 2.0, "new_tokens": 10}]
+    got = {r["variant"]: r["x_ar_decode"] for r in table(rows, ["ar", "llamacpp", "hf"])}
+    assert got == {"ar": 1.0, "llamacpp": 2.0, "hf": ""}

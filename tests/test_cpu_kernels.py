@@ -95,6 +95,28 @@ def test_attend_rows_do_not_depend_on_masked_gaps_or_the_pass_size():
     assert torch.equal(tree[[0, 2, 4, 6, 7]], torch.cat(steps))
 
 
+def test_attend_over_a_long_cache_gives_the_same_floats_on_one_thread_or_two_and_matches_torch():
+    """Long enough that the kv heads go to the threads (ATT_SPLIT): each head's operations are the same on any
+    thread, so the tree's rows and the 1-token passes stay equal bit for bit."""
+    a, C, parents = arch(H=6, K=3, hd=64), 700, [-1, 0, 0, 1, 2, 4, 4, 6, 3]
+    n, width = len(parents), (a.n_heads + 2 * a.n_kv) * a.hd
+    qkv, cos, sin = rand(n, width), rand(n, a.hd, seed=1), rand(n, a.hd, seed=2)
+    kt, v, bias = rand(a.n_kv, a.hd, 768, seed=5), rand(a.n_kv, 768, a.hd, seed=6), tree_bias(parents, C)
+    threads, out = torch.get_num_threads(), {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            out[t] = cpu_layer.attend(qkv, None, None, None, a.eps, cos, sin, kt.clone(), v.clone(), C, bias, a,
+                                      torch.float32)
+        steps = [cpu_layer.attend(qkv[j:j + 1], None, None, None, a.eps, cos[j:j + 1], sin[j:j + 1], kt, v, C + k,
+                                  torch.zeros(1, C + k + 1), a, torch.float32) for k, j in enumerate([0, 2, 4, 6, 7])]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(out[1], out[2]) and torch.equal(out[2][[0, 2, 4, 6, 7]], torch.cat(steps))
+    kt2, v2 = rand(a.n_kv, a.hd, 768, seed=5), rand(a.n_kv, 768, a.hd, seed=6)
+    torch.testing.assert_close(out[2], torch_attend(qkv, None, None, cos, sin, kt2, v2, C, bias, a), **TOL)
+
+
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
     from core.experiments.tiny import tiny_model
 

@@ -26,10 +26,13 @@ def step_bytes(model, runner=None) -> int:
 
 def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:
     """The floor a decoder meets here that streams the target's weights once per token as `runner` stores them (bf16,
-    or the GGUF's codes), beside our AR and transformers' generate, in wall ms per new token (prefill included)."""
+    or the GGUF's codes), beside our AR and transformers' generate, in wall ms per new token (prefill included), and
+    our AR's generation phase alone (ms per token after the prompt's) where its rows time it."""
     ms = {v: 1000 * a["wall_s"] / max(a["new_tokens"], 1) for v in ("ar", "hf")
           if (a := aggregate([r for r in rows if r["variant"] == v]))["runs"]}
     floor = (weights := step_bytes(model, runner)) / gbs / 1e6
+    if dec := [r for r in rows if r["variant"] == "ar" and r.get("decode_s")]:  # the generation phase alone
+        ms["ar_decode"] = 1000 * sum(r["decode_s"] for r in dec) / max(sum(r["decode_tokens"] for r in dec), 1)
     return {"weights_gb": round(weights / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
             **{f"{v}_ms": round(m, 1) for v, m in ms.items()},
             **({"best_x_hf": round(ms["hf"] / floor, 2)} if "hf" in ms else {})}

@@ -18,7 +18,7 @@ import torch
 from core.config import SpecConfig
 from core.experiments.bandwidth import memory_bound, read_gbs
 from core.experiments.bench import run_row
-from core.experiments.llamacpp_bench import gguf_of, peer_bound, peer_row, peer_variant, usable
+from core.experiments.llamacpp_bench import decode_tps, gguf_of, our_decode, peer_bound, peer_row, peer_variant, usable
 from core.models import draft_defaults
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
@@ -99,17 +99,22 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
         pipe = pipe.with_draft_weights(opts.pop("draft_weights"))
     cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
     row, _, records = run_row(pipe, prompt, cfg, ar)
-    return {**row, "variant": name, "trace": None}, records
+    toks, secs = our_decode(records)
+    return {**row, "variant": name, "trace": None, "decode_tokens": toks, "decode_s": secs}, records
 
 
 def table(rows: list, names: list) -> list:
-    """One row per variant: tokens/s over our AR's, τ, coverage, mean |I_t|, runs identical to our AR."""
-    ar = aggregate([r for r in rows if r["variant"] == "ar"])
+    """One row per variant: tokens/s over our AR's (whole runs, and the generation phase after the prompt's pass where
+    a variant times it), τ, coverage, mean |I_t|, runs identical to our AR."""
+    base = [r for r in rows if r["variant"] == "ar"]
+    ar, timed = aggregate(base), all(r.get("decode_s") for r in base)
     out = []
     for v in names:
         g = [r for r in rows if r["variant"] == v]
         a, traced = aggregate(g), v != "ar" and any(r.get("steps") for r in g)
+        decode = timed and g and all(r.get("decode_s") for r in g)
         out.append({"variant": v, "prompts": len(g), "tokens": a["new_tokens"], "x_ar": tps_ratio(a, ar),
+                    "x_ar_decode": round(decode_tps(g) / decode_tps(base), 3) if decode else "",
                     "tau": round(a["mean_accept_len"], 2) if traced else "",
                     "coverage": round(a["coverage"], 3) if traced else "",
                     "mean_active": round(a["mean_active_vocab"]) if traced else "",

@@ -267,15 +267,36 @@ static void weighted_sum(const float *const *p, float *const *o, int64_t nq, con
 /* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
  * k, v of row i -> kt[c][:, start + i], v[c][start + i] (this layer's caches: kt [K, hd, max_len], v [K, max_len, hd]);
  * out[i] = softmax(scale * q k^T + bias[i]) v over cache rows [0, start + n) with bias > -inf. */
+/* the nq = nr · G query heads of kv head c over rows i0 .. i0 + nr (padded to QB: [nq, hd] @ [hd, Sb], softmax,
+ * [nq, Sb] @ [Sb, hd]) into o; p [ROWS · G + QB, S], pad [hd, KB], spare_o [hd]: this head's own scratch */
+static void attend_head(int64_t c, const float *q, int64_t i0, int64_t nr, int64_t width, int64_t H, int64_t G,
+                        int64_t hd, const float *kt, const float *v, int64_t max_len, const float *bias, int64_t S,
+                        int64_t Sb, const int32_t *vis, const int64_t *nvis, float scale, float *p, float *pad,
+                        float *spare_o, float *o) {
+    const float *qs[ROWS * G + QB];
+    float *ps[ROWS * G + QB], *os[ROWS * G + QB];
+    int64_t nq = nr * G, nqp = (nq + QB - 1) / QB * QB;
+    for (int64_t r = 0; r < nqp; r++) {
+        int64_t u = r < nq ? r : nq - 1, h = c * G + u % G;
+        qs[r] = q + (i0 + u / G) * width + h * hd;
+        ps[r] = p + r * S;  /* the padding rows' scores land past the real ones, unread */
+        os[r] = r < nq ? o + (u / G) * H * hd + h * hd : spare_o;
+    }
+    scores(qs, ps, nqp, kt + c * hd * max_len, max_len, Sb, hd, pad);  /* [nq, hd] @ [hd, Sb] */
+    for (int64_t r = 0; r < nq; r++)
+        softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, Sb);
+    weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, Sb, hd);  /* [nq, Sb] @ [Sb, hd] */
+}
+
+#define ATT_SPLIT (1 << 17)  /* multiply-adds of one block's attention from which its kv heads go to the threads */
+
 void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const float *kn, float eps,
             const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
-            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob) {
-    int64_t width = (H + 2 * K) * hd, S = start + n, G = H / K;
-    float *q = malloc((n * width + 2 * hd + ROWS * H * hd + ROWS * G * S + hd * KB + S) * sizeof(float));
-    float *tmp = q + n * width, *spare_o = tmp + hd, *o = spare_o + hd, *p = o + ROWS * H * hd, *pad = p + ROWS * G * S;
-    float *spare_p = pad + hd * KB;
-    const float *qs[ROWS * H + QB];
-    float *ps[ROWS * H + QB], *os[ROWS * H + QB];
+            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob,
+            int threads) {
+    int64_t width = (H + 2 * K) * hd, S = start + n, G = H / K, per = (ROWS * G + QB) * S + hd * KB + hd;
+    float *q = malloc((n * width + hd + ROWS * H * hd + K * per) * sizeof(float));
+    float *tmp = q + n * width, *o = tmp + hd, *scratch = o + ROWS * H * hd;
     int32_t *vis = malloc(ROWS * S * sizeof(int32_t));
     int64_t nvis[ROWS];
     for (int64_t i = 0; i < n; i++) {  /* every new row's q, k, v; k, v into the caches */
@@ -301,18 +322,12 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
             nvis[i] = visible(bias + (i0 + i) * S, S, vis + i * S);
             if (nvis[i] > 0 && vis[i * S + nvis[i] - 1] + 1 > Sb) Sb = vis[i * S + nvis[i] - 1] + 1;
         }
-        int64_t nq = nr * G, nqp = (nq + QB - 1) / QB * QB;
-        for (int64_t c = 0; c < K; c++) {  /* the nr rows x G query heads of kv head c, padded to QB */
-            for (int64_t r = 0; r < nqp; r++) {
-                int64_t u = r < nq ? r : nq - 1, h = c * G + u % G;
-                qs[r] = q + (i0 + u / G) * width + h * hd;
-                ps[r] = r < nq ? p + r * S : spare_p;
-                os[r] = r < nq ? o + (u / G) * H * hd + h * hd : spare_o;
-            }
-            scores(qs, ps, nqp, kt + c * hd * max_len, max_len, Sb, hd, pad);  /* [nq, hd] @ [hd, Sb] */
-            for (int64_t r = 0; r < nq; r++)
-                softmax_visible(ps[r], bias + (i0 + r / G) * S, vis + (r / G) * S, nvis[r / G], scale, Sb);
-            weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, Sb, hd);  /* [nq, Sb] @ [Sb, hd] */
+        /* each kv head's queries on one thread, in the same operations whatever the thread: the same floats */
+        #pragma omp parallel for num_threads(threads) schedule(static) if (2 * nr * H * Sb * hd >= ATT_SPLIT)
+        for (int64_t c = 0; c < K; c++) {
+            float *p = scratch + c * per;
+            attend_head(c, q, i0, nr, width, H, G, hd, kt, v, max_len, bias, S, Sb, vis, nvis, scale, p,
+                        p + (ROWS * G + QB) * S, p + (ROWS * G + QB) * S + hd * KB, o);
         }
         for (int64_t i = 0; i < nr; i++) store_row(out, ob, (i0 + i) * H * hd, H * hd, o + i * H * hd);
     }

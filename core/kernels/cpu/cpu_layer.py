@@ -31,7 +31,7 @@ SIGNATURES = {
     "rms_cast": [P, P, F, I, I, P, ctypes.c_int],
     "add_rms": [P, P, ctypes.c_int, P, P, F, I, I, P, ctypes.c_int],
     "act_mul": [P, ctypes.c_int, I, I, ctypes.c_int, P, ctypes.c_int],
-    "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int],
+    "attend": [P, ctypes.c_int, P, P, P, F, P, P, P, P, I, I, P, I, I, I, I, F, P, ctypes.c_int, ctypes.c_int],
     "int4_mm": [P, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, ctypes.c_int],
     "codes_mm": [P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode": [ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
@@ -161,12 +161,12 @@ def act_mul(gu, act: int, dtype):
 def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, dtype):
     """qkv [n, (H+2K)*hd] -> attention output [n, H*hd] as `dtype`; writes keys into kt [K, hd, max_len] columns
     and values into v [K, max_len, hd] rows [start, start + n). cos, sin [n, hd]; bias [n, start + n] additive
-    (0 / -inf)."""
+    (0 / -inf). The kv heads share out torch's threads where the pass is long enough; the floats are the same."""
     n = qkv.shape[0]
     out = torch.empty(n, a.n_heads * a.hd, dtype=dtype)
     lib().attend(qkv.data_ptr(), is_bf16(qkv), ptr(bqkv), ptr(qn), ptr(kn), eps, cos.data_ptr(), sin.data_ptr(),
                  kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
-                 out.data_ptr(), is_bf16(out))
+                 out.data_ptr(), is_bf16(out), torch.get_num_threads())
     return out
 
 

@@ -15,7 +15,8 @@ void add_rms(float *x, const void *o, int ib, const float *ws, const float *w, f
 void act_mul(const void *gu, int ib, int64_t n, int64_t f, int act, void *out, int ob);
 void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const float *kn, float eps,
             const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
-            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob);
+            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob,
+            int threads);
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
            const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads);
 
@@ -74,7 +75,7 @@ void layers_q8(int variant, float *x, int64_t n, int64_t d, const Q8Layer *layer
         const Q8Layer *w = layers + i;
         q8(variant, &w->qkv, h, n, ob, xf, yf, a, threads);
         attend(a, ob, w->bqkv, w->qn, w->kn, eps, cos[w->rope], sin[w->rope], kt + i * per_layer, v + i * per_layer,
-               max_len, start, bias[w->window], n, H, K, hd, scale, b, ob);
+               max_len, start, bias[w->window], n, H, K, hd, scale, b, ob, threads);
         q8(variant, &w->o, b, n, ob, xf, yf, a, threads);
         add_rms(x, a, ob, w->ln_att, w->ln2, eps, n, d, h, ob);
         q8(variant, &w->gu, h, n, ob, xf, yf, a, threads);
