@@ -208,7 +208,7 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     for m in args.methods:
         progress(f"bookkeeping per step: {m}")
         c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
-        got = run(engine_steps, pipe, m, prompt, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
+        got = run(engine_steps, pipe, m, runs, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
         other[m], scale[m] = got["model"] or 0.0, got["draft_scale"]
     progress("bookkeeping per step: the context alone, plain decoding")
     other |= beside_context(run(lambda: engine_steps(pipe, "nanospec", runs, 32, verify_ms, shape=CONTEXT, context="on")))
