@@ -24,6 +24,12 @@ def step_bytes(model, runner=None) -> int:
                        for f in forms if f.codes is not None)
 
 
+def decode_tps(rows: list) -> float:
+    """Tokens a second of the rows' generation phase (their decode_tokens over decode_s: the prompt's pass left out)."""
+    toks, secs = sum(r["decode_tokens"] for r in rows), sum(r["decode_s"] for r in rows)
+    return toks / max(secs, 1e-9)
+
+
 def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:
     """The floor a decoder meets here that streams the target's weights once per token as `runner` stores them (bf16,
     or the GGUF's codes), beside our AR and transformers' generate, in wall ms per new token (prefill included), and
@@ -32,7 +38,7 @@ def memory_bound(rows: list, model, gbs: float, runner=None) -> dict:
           if (a := aggregate([r for r in rows if r["variant"] == v]))["runs"]}
     floor = (weights := step_bytes(model, runner)) / gbs / 1e6
     if dec := [r for r in rows if r["variant"] == "ar" and r.get("decode_s")]:  # the generation phase alone
-        ms["ar_decode"] = 1000 * sum(r["decode_s"] for r in dec) / max(sum(r["decode_tokens"] for r in dec), 1)
+        ms["ar_decode"] = 1000 / decode_tps(dec)
     return {"weights_gb": round(weights / 1e9, 2), "read_gbs": round(gbs, 1), "floor_ms": round(floor, 1),
             **{f"{v}_ms": round(m, 1) for v, m in ms.items()},
             **({"best_x_hf": round(ms["hf"] / floor, 2)} if "hf" in ms else {})}

@@ -16,9 +16,9 @@ import time
 import torch
 
 from core.config import SpecConfig
-from core.experiments.bandwidth import memory_bound, read_gbs
+from core.experiments.bandwidth import decode_tps, memory_bound, read_gbs
 from core.experiments.bench import run_row
-from core.experiments.llamacpp_bench import decode_tps, gguf_of, our_decode, peer_bound, peer_row, peer_variant, usable
+from core.experiments.llamacpp_bench import gguf_of, our_decode, peer_bound, peer_row, peer_variant, usable
 from core.models import draft_defaults
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 

@@ -14,6 +14,7 @@ import sys
 import torch
 
 from core.errors import SpecError
+from core.experiments.bandwidth import decode_tps
 from core.experiments import llamacpp_build, llamacpp_run
 from core.models import draft_defaults, source_gguf
 from core.trace.stats import aggregate
@@ -96,11 +97,6 @@ def gguf_step_bytes(path) -> int:
     from gguf import GGUFReader
     sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(path)).tensors}
     return sum(sizes.values()) - (sizes.get("token_embd.weight", 0) if "output.weight" in sizes else 0)
-
-
-def decode_tps(rows: list) -> float:
-    toks, secs = sum(r["decode_tokens"] for r in rows), sum(r["decode_s"] for r in rows)
-    return toks / max(secs, 1e-9)
 
 
 def peer_bound(rows: list, gguf, gbs: float) -> dict:

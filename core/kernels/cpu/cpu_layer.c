@@ -264,9 +264,6 @@ static void weighted_sum(const float *const *p, float *const *o, int64_t nq, con
     }
 }
 
-/* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
- * k, v of row i -> kt[c][:, start + i], v[c][start + i] (this layer's caches: kt [K, hd, max_len], v [K, max_len, hd]);
- * out[i] = softmax(scale * q k^T + bias[i]) v over cache rows [0, start + n) with bias > -inf. */
 /* the nq = nr · G query heads of kv head c over rows i0 .. i0 + nr (padded to QB: [nq, hd] @ [hd, Sb], softmax,
  * [nq, Sb] @ [Sb, hd]) into o; p [ROWS · G + QB, S], pad [hd, KB], spare_o [hd]: this head's own scratch */
 static void attend_head(int64_t c, const float *q, int64_t i0, int64_t nr, int64_t width, int64_t H, int64_t G,
@@ -290,6 +287,9 @@ static void attend_head(int64_t c, const float *q, int64_t i0, int64_t nr, int64
 
 #define ATT_SPLIT (1 << 17)  /* multiply-adds of one block's attention from which its kv heads go to the threads */
 
+/* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
+ * k, v of row i -> kt[c][:, start + i], v[c][start + i] (this layer's caches: kt [K, hd, max_len], v [K, max_len, hd]);
+ * out[i] = softmax(scale * q k^T + bias[i]) v over cache rows [0, start + n) with bias > -inf. */
 void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const float *kn, float eps,
             const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
             const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob,

@@ -78,6 +78,12 @@ FN static void quant_row(const float *x, const Act *a, int i) {
     }
 }
 
+/* the cache lines of len bytes of blocks pf bytes past p (none where pf is 0): q8_mm's burst before a group's dot
+ * products, and the dot products' stream ahead of the blocks they read (a->stream) */
+static inline void ahead(const uint8_t *p, int64_t len, int pf) {
+    for (int64_t at = 0; pf && at < len; at += 64) _mm_prefetch((const char *)p + pf + at, _MM_HINT_T0);
+}
+
 #define N(f) f##_avx2
 #define DPWSSD(a, p, s) _mm256_add_epi32(a, _mm256_madd_epi16(p, s))
 #define DPBUSD(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1))
@@ -168,10 +174,6 @@ static int pair_rows = -1;  /* -1: by this CPU's vendor; set by q8_set_pair_rows
 void q8_set_pair_rows(int rows) { pair_rows = rows; }
 
 int q8_pair_rows(void) { return by_vendor(&pair_rows, 6, 1); }
-
-static inline void ahead(const uint8_t *row, int64_t len, int pf) {
-    for (int64_t at = 0; pf && at < len; at += 64) _mm_prefetch((const char *)row + pf + at, _MM_HINT_T0);
-}
 
 static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
     if (variant == V_AVX512) dot_avx512(type, R, w, a, r0, y, n);

@@ -19,11 +19,6 @@ INL float N(hsum)(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* the cache lines of `bytes` blocks a->stream bytes past p, ahead of their use (none where a->stream is 0) */
-INL void N(stream)(const uint8_t *p, int bytes, const Act *a) {
-    for (int at = 0; a->stream && at < bytes; at += 64) _mm_prefetch((const char *)p + a->stream + at, _MM_HINT_T0);
-}
-
 INL __m256i N(nibbles32)(const uint8_t *p) { /* 16 bytes -> 32 codes: low nibbles (inputs 0..15), then high ones */
     __m128i t = _mm_loadu_si128((const __m128i *)p);
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
@@ -270,7 +265,7 @@ INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, floa
         for (int i = 0; i < R; i++) is[i] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             __m256i w[8];
-            N(stream)(p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a);
+            ahead(p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
             N(nibble_groups)(p + 128 * j, w);
             __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j)));
             for (int i = r0; i < r0 + R; i++)
@@ -311,7 +306,7 @@ INL void N(dot_x8_q6k)(const int R, const uint8_t *g, const Act *a, int r0, floa
         for (int c = 0; c < 8; c++) {
             const uint8_t *pc = p + 192 * c;
             __m256i w[8];
-            N(stream)(p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a);
+            ahead(p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream);
             N(nibble_groups)(pc, w);
             for (int h = 0; h < 2; h++) {
                 __m256i hv = _mm256_loadu_si256((const __m256i *)(pc + 128 + 32 * h));
@@ -344,7 +339,7 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
     for (int b = 0; b < nb; b++) {
         const uint8_t *p = g + (size_t)gb * b;
         __m256i w[8];
-        N(stream)(p, gb, a);
+        ahead(p, gb, a->stream);
         if (type == Q8_0) {
             for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(p + 32 * t));
         } else {
@@ -413,7 +408,7 @@ INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1,
     for (int b = 0; b < nb; b++) {
         int at = gb * b;
         __m512i w[8];
-        N(stream)(g0 + at, gb, a), N(stream)(g1 + at, gb, a);
+        ahead(g0 + at, gb, a->stream), ahead(g1 + at, gb, a->stream);
         if (type == Q8_0) {
             for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
         } else {
@@ -449,7 +444,7 @@ INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const
         for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i w[8];
-            N(stream)(g0 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a), N(stream)(g1 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a);
+            ahead(g0 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream), ahead(g1 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
             N(nibble_groups16)(g0, g1, p + 128 * j, w);
             __m512i sc = _mm512_cvtepu8_epi32(N(pair8)(g0, g1, p + 1024 + 8 * j));
             for (int i = r0; i < r0 + R; i++)
@@ -488,7 +483,7 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
         for (int c = 0; c < 8; c++) {
             int pc = p + 192 * c;
             __m512i w[8];
-            N(stream)(g0 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a), N(stream)(g1 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a);
+            ahead(g0 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream), ahead(g1 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream);
             N(nibble_groups16)(g0, g1, pc, w);
             for (int h = 0; h < 2; h++) {
                 __m512i hv = N(pair)(g0, g1, pc + 128 + 32 * h);
