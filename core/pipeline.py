@@ -96,11 +96,12 @@ def resolve_draft(model_id, draft="auto") -> str:
     return draft
 
 
-def target_config(model_id, draft, dtype) -> tuple:
+def target_config(model_id, draft, dtype, device="cpu") -> tuple:
     """(the target's FastConfig, a note): SPECLENS_GGUF_MATH=auto takes the calibrated arithmetic where both are
-    recorded for this machine, model pair and dtype (core/arithmetic.py)."""
+    recorded for this machine, model pair and dtype (core/arithmetic.py). A model on an accelerator runs eager:
+    the CPU kernels are neither asked nor compiled for it."""
     fc = FastConfig()
-    if fc.codes_math != "auto":
+    if fc.codes_math != "auto" or torch.device(device).type != "cpu":
         return fc, ""
     rule = codes_math(fc, dtype)
     math, note = arithmetic.chosen(model_id, resolve_draft(model_id, draft), str(dtype).removeprefix("torch."), rule)
@@ -164,12 +165,12 @@ class Pipeline:
         with _LOAD_LOCK:
             if key not in _LOADED:
                 model, tokenizer = load_model(model_id, device=device, dtype=dtype or inference_dtype(device, runtime))
-                fc, note = target_config(model_id, draft, model.dtype)
+                fc, note = target_config(model_id, draft, model.dtype, model.device)
                 target = make_runner(model, tokenizer, runtime, fc)
                 if dtype is None and model.dtype == torch.bfloat16 and getattr(target, "exact_reason", ""):
                     # auto keeps bf16 only where its verify rows are exact; elsewhere fp32, whose ties are rarer
                     model, tokenizer = load_model(model_id, device=device, dtype=torch.float32)
-                    fc, note = target_config(model_id, draft, model.dtype)
+                    fc, note = target_config(model_id, draft, model.dtype, model.device)
                     target = make_runner(model, tokenizer, runtime, fc)
                 drafter, draft_name = make_drafter(model_id, model, tokenizer, target, draft, runtime, draft_weights)
                 _LOADED[key] = cls(model_id, model, tokenizer, target, drafter, draft_name,

@@ -94,3 +94,12 @@ def test_the_chosen_arithmetic_is_what_the_target_multiplies_in(cache, tmp_path)
     assert arithmetic.pipeline_math(SimpleNamespace(target=runner)) == other
     int8 = any(gguf_q8.is_label(v) for v in runner.codes_variant.split(" + "))
     assert int8 == (other == "int8") or isa.codes_variant() == "none"
+
+
+def test_a_model_on_an_accelerator_gets_the_default_config_without_asking_the_cpu_kernels(monkeypatch):
+    def no_kernels(*a, **k):
+        raise AssertionError("the CPU kernels were asked for a model on an accelerator")
+    monkeypatch.setattr(isa, "codes_variant", no_kernels)
+    monkeypatch.setattr(isa, "codes_variants", no_kernels)
+    fc, note = target_config(MODEL, DRAFT, torch.bfloat16, torch.device("cuda", 0))
+    assert fc == FastConfig() and note == ""

@@ -80,3 +80,10 @@ def test_draft_weights_auto_quantizes_only_a_bf16_draft_model():
     assert draft_weights_of("int8", torch.float32) == "int8"
     with pytest.raises(SpecError, match="int2"):
         draft_weights_of("int2", torch.bfloat16)
+
+
+def test_the_paper_figures_are_skipped_not_fatal_where_plotly_is_missing(monkeypatch, capsys):
+    from core import cli
+    monkeypatch.setitem(sys.modules, "viz.paper", None)
+    assert cli.drawing() is None
+    assert "figures not drawn" in capsys.readouterr().err

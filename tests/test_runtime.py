@@ -127,3 +127,27 @@ def test_second_runner_reuses_weights():
     a, b = FastRunner(model), FastRunner(model)
     assert a.head_t[1].data_ptr() == b.head_t[1].data_ptr() and a.v.data_ptr() != b.v.data_ptr()
     assert a.layers[1]["wgu"][1].data_ptr() == b.layers[1]["wgu"][1].data_ptr()
+
+
+def test_the_eager_runner_hands_its_cache_to_a_decoder_that_names_it_past_key_values():
+    """transformers 5.x renamed the decoder's `past_key_values` to `cache`; a cache passed under the other name
+    lands in **kwargs unused and every step sees only its own tokens."""
+    from core.runtime.runner import EagerRunner, cache_kwarg
+    model = tiny_variant("llama")
+    base, name = model.get_decoder(), cache_kwarg(model.get_decoder())
+    forward = base.forward
+
+    def old_forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
+                    use_cache=None, **kwargs):
+        return forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       inputs_embeds=inputs_embeds, use_cache=use_cache, **{name: past_key_values}, **kwargs)
+
+    prompt = torch.randint(3, 512, (9,), generator=torch.Generator().manual_seed(2)).tolist()
+    want = ref_logits(model, prompt)[-1]
+    base.forward = old_forward
+    runner = EagerRunner(model)
+    runner.forward(torch.tensor(prompt[:8]), torch.arange(8))
+    runner.commit(torch.arange(8))
+    hid, _ = runner.forward(torch.tensor(prompt[8:]), torch.tensor([8]))
+    assert runner.cache_name == "past_key_values"
+    torch.testing.assert_close(runner.logits(hid)[0], want, atol=ATOL, rtol=0)

@@ -4,8 +4,17 @@ The reference execution path (the fast runtime in core/runtime/fast.py implement
 Pending entries are speculative (draft tree nodes, verify positions); `commit(keep)` keeps the
 accepted ones in place and drops the rest.
 """
+import inspect
+
 import torch
 from transformers import DynamicCache
+
+
+def cache_kwarg(module) -> str:
+    """The name the decoder's forward takes its KV cache under: `cache` (transformers >= 5.2x) or
+    `past_key_values` (earlier 5.x); passed under the wrong name, the cache is silently dropped into **kwargs."""
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def window_of(hf_cfg, i: int) -> int:
@@ -38,6 +47,7 @@ class EagerRunner:
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.device = self.head_weight.device
         self.windows = layer_windows(model.config)
+        self.cache_name = cache_kwarg(self.base)
         self._features = None
         self.base.norm.register_forward_pre_hook(self._grab_features)
         self.reset()
@@ -63,7 +73,7 @@ class EagerRunner:
         inputs = {"input_ids": ids.view(1, n).to(self.device)} if embeds is None else \
             {"inputs_embeds": embeds.view(1, n, -1).to(self.device, self.head_weight.dtype)}
         out = self.base(**inputs, position_ids=pos.view(1, n).to(self.device),
-                        attention_mask=attn, cache=self.cache, use_cache=True)
+                        attention_mask=attn, use_cache=True, **{self.cache_name: self.cache})
         self.n_pending += n
         return out.last_hidden_state[0], self._features[0]
 
