@@ -118,3 +118,17 @@ def test_parts_install_only_once_all_have_arrived(tmp_path):
 def test_an_unknown_step_is_a_clear_error(tmp_path):
     from core.cli import dispatch
     assert dispatch(["device-check", "--tiny", "--out", str(tmp_path), "--steps", "env,nope"]) == 2
+
+
+def test_a_failure_after_training_keeps_the_trained_head(tmp_path, monkeypatch):
+    from core.train import device
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("tau failed")
+    monkeypatch.setattr(device, "measure_tau", broken)
+    out = tmp_path / "check"
+    assert main(["--tiny", "--out", str(out), "--minutes", "2", "--steps", "train"]) != 0
+    status = json.loads((out / "status.json").read_text())["train"]
+    assert status["status"] == "error" and "tau failed" in status["note"]
+    assert (out / "head" / "eagle.safetensors").is_file()
+    assert json.loads((out / "train.json").read_text())["steps"] > 0

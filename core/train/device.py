@@ -170,16 +170,18 @@ def train_step(ck, load_pipe, write_json) -> str:
     tcfg, model, tok, data = train_head(ck, budget)
     slim = train_slim(ck, tcfg, model, budget)
     del model
+    steps = torch.load(Path(tcfg.out) / "ckpt.pt", weights_only=False)["step"]
+    head = publish_head(tcfg.out, ck.out / "head")  # before τ: a failure there keeps the trained head
+    res = {**data, "steps": steps, "tau": {}, "slim": {k: v for k, v in slim.items() if k not in ("up", "down")},
+           "head_dir": str(head), "assets": str(ASSETS / "heads")}
+    write_json(ck, "train.json", res)
     pipe = load_pipe(ck, ck.model_id, "self")
     heads = {"new": (with_head(pipe, Path(tcfg.out), slim), slim["rank"])}
     if shipped_head(ck):
         heads["shipped"] = (with_head(pipe, shipped_head(ck)), 0)
     tau = measure_tau(ck, heads, time.monotonic() + max(ck.left() - 10, 0))
     new, old = tau.get("new/full/tree"), tau.get("shipped/full/tree")
-    steps = torch.load(Path(tcfg.out) / "ckpt.pt", weights_only=False)["step"]
-    head = publish_head(tcfg.out, ck.out / "head")
-    res = {**data, "steps": steps, "tau": tau, "slim": {k: v for k, v in slim.items() if k not in ("up", "down")},
-           "beats_shipped": old is not None and new is not None and new > old, "reaches_1_8": bool(new and new >= 1.8),
-           "head_dir": str(head), "assets": str(ASSETS / "heads")}
+    res |= {"tau": tau, "beats_shipped": old is not None and new is not None and new > old,
+            "reaches_1_8": bool(new and new >= 1.8)}
     write_json(ck, "train.json", res)
     return f"{data['tokens']} tokens, tau new {new} vs shipped {old} (default tree)"
