@@ -11,8 +11,8 @@ from transformers import DynamicCache
 
 
 def cache_kwarg(module) -> str:
-    """The name the decoder's forward takes its KV cache under: `cache` (transformers >= 5.2x) or
-    `past_key_values` (earlier 5.x); passed under the wrong name, the cache is silently dropped into **kwargs."""
+    """The name the decoder's forward takes its KV cache under: `cache` (transformers 5.25) or `past_key_values`
+    (5.17); passed under the other name, the cache is silently dropped into **kwargs."""
     params = inspect.signature(module.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
