@@ -149,6 +149,17 @@ def test_head_epilogue_ties_go_to_the_lower_position(backend):
     assert top_ids[1].tolist() == [1001, 1002, 1004, 1005, 1000, 1003]
 
 
+@pytest.mark.parametrize("topk", [1, 4, 17, 64])
+def test_stable_topk_equals_the_head_of_a_stable_descending_sort(topk):
+    g = torch.Generator().manual_seed(topk)
+    x = torch.randint(-6, 7, (5, 3000), generator=g).float() / 4  # 49 distinct values: ties everywhere
+    x[1, ::7] = float("nan")
+    x[2] = float("-inf")
+    x[3, 100:] = float("nan")  # NaN at the cut
+    ref = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :topk]
+    assert torch.equal(kernels.stable_topk(x, topk), ref)
+
+
 @interpreted
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_head_epilogue_clamps_topk_to_the_sub_vocabulary_size(backend):

@@ -15,10 +15,10 @@ from core.kernels.triton.backend import (  # noqa: F401  (the package's API)
     use_triton)
 from core.kernels.triton.repack import repack_rows, repack_rows_torch
 from core.kernels.triton.gathered_gemm import gathered_gemm, gathered_gemm_torch
-from core.kernels.triton.epilogue import head_epilogue, head_epilogue_torch
+from core.kernels.triton.epilogue import head_epilogue, head_epilogue_torch, stable_topk
 from core.kernels.triton.window import window_update, window_update_torch
 from core.kernels.triton.lowrank import lowrank_logits, lowrank_logits_torch
 
 __all__ = ["use_triton", "interpreting", "repack_rows", "gathered_gemm", "head_epilogue", "window_update",
-           "lowrank_logits", "repack_rows_torch", "gathered_gemm_torch", "head_epilogue_torch",
+           "lowrank_logits", "repack_rows_torch", "gathered_gemm_torch", "head_epilogue_torch", "stable_topk",
            "window_update_torch", "lowrank_logits_torch"]

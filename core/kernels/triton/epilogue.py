@@ -70,10 +70,24 @@ def head_epilogue_triton(logits: torch.Tensor, ids_map: torch.Tensor | None, top
     return top_ids, top_logp
 
 
+def stable_topk(x: torch.Tensor, topk: int) -> torch.Tensor:
+    """[n, topk] positions of each row's topk largest, ties in position order: the first topk of a stable
+    descending sort (NaN first, as sort puts it), from the candidates >= the topk-th value alone."""
+    if topk == 0 or x.shape[0] == 0:
+        return torch.empty(x.shape[0], topk, dtype=torch.long, device=x.device)
+    kth = x.topk(topk, dim=-1).values[:, -1:]  # [n, 1]
+    rows = []
+    for row, cut in zip(x, kth):
+        cand = ((row >= cut) | row.isnan()).nonzero().squeeze(1)  # ascending positions
+        if cand.numel() < topk:  # a NaN cut: the comparison above holds for nothing
+            cand = torch.arange(row.numel(), device=x.device)
+        rows.append(cand[torch.sort(row[cand], descending=True, stable=True).indices[:topk]])
+    return torch.stack(rows)
+
+
 def head_epilogue_torch(logits: torch.Tensor, ids_map: torch.Tensor | None, topk: int):
     x = logits.float()
-    # a stable descending sort keeps equal logits in position order: ties go to the lower position
-    pos = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :topk]
+    pos = stable_topk(x, topk)  # ties go to the lower position
     top_logp = torch.log_softmax(x, dim=-1).gather(1, pos)
     top_ids = pos if ids_map is None else ids_map.to(pos.device)[pos]
     return top_ids.contiguous(), top_logp
