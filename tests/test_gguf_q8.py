@@ -2,6 +2,9 @@
 AVX-VNNI, AVX512-VNNI: every variant this machine runs): for every type the shipped GGUFs hold, the product is the
 fp64 product of gguf-py's weights with the int8-rounded inputs, the variants give the same floats, each row is the
 same whatever rows and threads share the call, and a model on them keeps speculative greedy = its own greedy."""
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -326,3 +329,19 @@ def test_a_matrix_interleaved_whole_drops_its_raw_blocks_and_keeps_its_products(
     assert torch.equal(q8.q8_mm(x, slim), q8.q8_mm(x, c))
     partial, _ = matrix("Q4_K", n=36)  # a last group of 4 stays on its raw blocks
     assert q8.slim(partial).raw.numel() == partial.raw.numel()
+
+
+
+@needs_q8
+@pytest.mark.skipif(not shutil.which("objdump"), reason="no objdump here")
+def test_the_interleaved_dot_products_keep_their_stream_prefetch():
+    """gcc 12 dropped an _mm_prefetch inlined into the target functions: every variant's interleaved dot products
+    must still hold prefetch instructions in the built library."""
+    from core.kernels.cpu import cpu_layer
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(cpu_layer.build())], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    counts = {}
+    for name in ("dot8_avx2", "dot8_avx512", "dot16_avx512"):
+        body = out[out.index(f"<{name}>:\n"):]
+        counts[name] = body[:body.index("\n\n")].count("prefetch")
+    assert all(n > 0 for n in counts.values()), counts

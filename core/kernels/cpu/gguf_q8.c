@@ -80,8 +80,8 @@ FN static void quant_row(const float *x, const Act *a, int i) {
 
 /* the cache lines of len bytes of blocks pf bytes past p (none where pf is 0): q8_mm's burst before a group's dot
  * products, and the dot products' stream ahead of the blocks they read (a->stream) */
-static inline void ahead(const uint8_t *p, int64_t len, int pf) {
-    for (int64_t at = 0; pf && at < len; at += 64) _mm_prefetch((const char *)p + pf + at, _MM_HINT_T0);
+static inline void ahead(const uint8_t *p, int64_t len, int pf) {  /* the builtin: gcc 12 drops an inlined _mm_prefetch */
+    for (int64_t at = 0; pf && at < len; at += 64) __builtin_prefetch(p + pf + at, 0, 3);
 }
 
 #define N(f) f##_avx2
