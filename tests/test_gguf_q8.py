@@ -331,7 +331,6 @@ def test_a_matrix_interleaved_whole_drops_its_raw_blocks_and_keeps_its_products(
     assert q8.slim(partial).raw.numel() == partial.raw.numel()
 
 
-
 @needs_q8
 @pytest.mark.skipif(not shutil.which("objdump"), reason="no objdump here")
 def test_the_interleaved_dot_products_keep_their_stream_prefetch():

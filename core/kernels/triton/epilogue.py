@@ -78,9 +78,8 @@ def stable_topk(x: torch.Tensor, topk: int) -> torch.Tensor:
     kth = x.topk(topk, dim=-1).values[:, -1:]  # [n, 1]
     rows = []
     for row, cut in zip(x, kth):
-        cand = ((row >= cut) | row.isnan()).nonzero().squeeze(1)  # ascending positions
-        if cand.numel() < topk:  # a NaN cut: the comparison above holds for nothing
-            cand = torch.arange(row.numel(), device=x.device)
+        # ascending positions; at least topk of them, NaN counting as the largest (a NaN cut: the NaNs alone)
+        cand = ((row >= cut) | row.isnan()).nonzero().squeeze(1)
         rows.append(cand[torch.sort(row[cand], descending=True, stable=True).indices[:topk]])
     return torch.stack(rows)
 
