@@ -119,19 +119,12 @@ MIXED_WITH = "nanospec"  # the head whose run beside the context measures every 
 DRAFT_TIMERS = ("draft_backbone", "lm_head")  # the engine's timers of the parts the draft curves stand for
 
 
-def engine_steps(pipe, method: str, prompts, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
-    """What the curves leave out of engine runs' steps (one run of n_new tokens per prompt): the mean per-step
-    milliseconds by kind of step, None where there was none: "model" (the model drafted), "one" (1 row verified,
-    nothing drafted) and "continued" (the context's rows alone). Each step's wall time (from one record to the next)
-    less its draft timers and verify_ms(rows, context), the verify curve at that step's rows and context; so the
-    context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs in the engine's mix of
-    passes beyond the curve's, all count (a kind's mean is not below 0: where the engine's passes cost less than the
-    curve's, the curve stands). A continued step costs more than a 1-row one beyond its rows (SmolLM2, 2026-12-03:
-    ~2.2 against ~0.9 ms), so a run's mix of the two must not set both. With draft_ms(intake) (the curves' draft of a
-    step after one that emitted `intake` tokens): "draft_scale", the engine's draft timers over it (the drafter and
-    the head run between target passes in the engine, in a row of their own in the curves)."""
+def record_steps(pipe, method: str, prompts, n_new: int, **over) -> list:
+    """Engine runs' steps as timed (one run of n_new tokens per prompt), one (wall ms, draft timers ms, rows, context,
+    intake, drafted) per step: the wall time from one record to the next, the drafter's and head's timers, the rows
+    verified, the tokens committed before it, the tokens the step before it emitted, and whether the model drafted."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
-    rest, draft = {"model": [], "one": [], "continued": []}, [0.0, 0.0]
+    steps = []
     for prompt in [prompts] if isinstance(prompts, str) else prompts:
         ctx, t, intake = len(pipe.prompt_ids(prompt)), time.perf_counter(), 1
         for r in pipe.run(prompt, cfg):
@@ -140,13 +133,34 @@ def engine_steps(pipe, method: str, prompts, n_new: int, verify_ms, draft_ms=Non
                 rows = 1 + (len(r.tree["tokens"]) if r.kind == "step" and r.tree else 0)
                 drafted = r.kind == "step" and bool(r.tree and r.tree.get("head_calls"))
                 timers = sum(r.timing_ms[k] for k in DRAFT_TIMERS)
-                kind = "model" if drafted else "one" if rows == 1 else "continued"
-                rest[kind].append(1e3 * (now - t) - timers - verify_ms(rows, ctx))
-                if drafted and draft_ms is not None:
-                    draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
+                steps.append((1e3 * (now - t), timers, rows, ctx, intake, drafted))
             ctx, intake, t = ctx + len(r.emitted), len(r.emitted), now
+    return steps
+
+
+def step_rest(steps: list, verify_ms, draft_ms=None) -> dict:
+    """What the curves leave out of recorded steps: the mean per-step milliseconds by kind of step, None where there
+    was none: "model" (the model drafted), "one" (1 row verified, nothing drafted) and "continued" (the context's rows
+    alone). Each step's wall time less its draft timers and verify_ms(rows, context), the verify curve at that step's
+    rows and context; so the context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs
+    in the engine's mix of passes beyond the curve's, all count (a kind's mean is not below 0: where the engine's
+    passes cost less than the curve's, the curve stands). A continued step costs more than a 1-row one beyond its rows
+    (SmolLM2, 2026-12-03: ~2.2 against ~0.9 ms), so a run's mix of the two must not set both. With draft_ms(intake)
+    (the curves' draft of a step after one that emitted `intake` tokens): "draft_scale", the engine's draft timers over
+    it (the drafter and the head run between target passes in the engine, in a row of their own in the curves)."""
+    rest, draft = {"model": [], "one": [], "continued": []}, [0.0, 0.0]
+    for wall, timers, rows, ctx, intake, drafted in steps:
+        kind = "model" if drafted else "one" if rows == 1 else "continued"
+        rest[kind].append(wall - timers - verify_ms(rows, ctx))
+        if drafted and draft_ms is not None:
+            draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
     out = {k: max(statistics.mean(x), 0.0) if x else None for k, x in rest.items()}
     return out | {"draft_scale": draft[0] / draft[1] if draft[1] > 0 else None}
+
+
+def engine_steps(pipe, method: str, prompts, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
+    """step_rest of the steps of fresh engine runs."""
+    return step_rest(record_steps(pipe, method, prompts, n_new, **over), verify_ms, draft_ms)
 
 
 def beside_context(got: dict, fallback: dict | None = None) -> dict:
@@ -185,40 +199,51 @@ def direct(fn, *args):
     return fn(*args)
 
 
+def engine_runs(pipe, methods, runs: list, progress=print, run=direct) -> dict:
+    """The recorded steps of each run the bookkeeping is measured from, each kind after a 4-token warm-up run."""
+    head = MIXED_WITH if MIXED_WITH in methods else methods[0]
+    kinds = {m: (m, 24, {}) for m in methods} | {CONTEXT: ("nanospec", 32, {"shape": CONTEXT, "context": "on"}),
+                                                  "ar": ("ar", 32, {}), MIXED: (head, 32, {"context": "on"})}
+    out = {}
+    for kind, (m, n, over) in kinds.items():
+        progress(f"bookkeeping per step: {kind}")
+        run(lambda m=m, over=over: record_steps(pipe, m, runs[0], 4, **over))
+        out[kind] = run(lambda m=m, n=n, over=over: record_steps(pipe, m, runs, n, **over))
+    return out
+
+
 def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     """Every cost of the cost model. run(fn, *args) makes each measurement (the app passes its engine thread's call,
-    so a visitor's run waits for one curve, not the whole calibration)."""
+    so a visitor's run waits for one curve, not the whole calibration). The engine runs come first: timed after the
+    curves, the pair's NanoSpec steps read ~2.4 ms more than in a fresh process (2026-12-04), before them as there."""
     from core.experiments.prompts import example_prompts
     examples = example_prompts()
     prompt = examples[0].text
     ids = pipe.prompt_ids(prompt)
     contexts = [int(c) for c in args.contexts.split(",")]
+    recorded = engine_runs(pipe, args.methods, [p.text for p in examples if p.category in STEP_PROMPTS], progress, run)
     verify = {}
     for c in contexts:
         progress(f"target: {args.rows} row counts after {c} tokens")
         verify[c] = run(verify_curve, pipe, c, args.rows, args.reps, ids)
     progress(f"draft: backbone and {len(args.methods)} heads over 1..{args.width} rows")
     backbone, heads = run(draft_curves, pipe, contexts[0], args.width, args.reps, ids, args.methods)
-    other, xs = {}, sorted(verify)
+    progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
+    prefill = run(prefill_curves, pipe, args.reps, ids)
+    other, scale, xs = {}, {}, sorted(verify)
 
     def verify_ms(rows: int, n_ctx: float) -> float:
         at = [cost.Costs.at(verify[c], rows) for c in xs]
         return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
-    scale, runs = {}, [p.text for p in examples if p.category in STEP_PROMPTS]
     for m in args.methods:
-        progress(f"bookkeeping per step: {m}")
         c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
-        got = run(engine_steps, pipe, m, runs, 24, verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
+        got = step_rest(recorded[m], verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
         other[m], scale[m] = got["model"] or 0.0, got["draft_scale"]
-    progress("bookkeeping per step: the context alone, plain decoding")
-    other |= beside_context(run(lambda: engine_steps(pipe, "nanospec", runs, 32, verify_ms, shape=CONTEXT, context="on")))
-    other["ar"] = run(engine_steps, pipe, "ar", runs, 32, verify_ms)["one"] or 0.0
-    progress("bookkeeping per step: the model's tree beside the context")
+    other |= beside_context(step_rest(recorded[CONTEXT], verify_ms))
+    other["ar"] = step_rest(recorded["ar"], verify_ms)["one"] or 0.0
     head = MIXED_WITH if MIXED_WITH in other else args.methods[0]
-    got = run(lambda: engine_steps(pipe, head, runs, 32, verify_ms, context="on"))
+    got = step_rest(recorded[MIXED], verify_ms)
     other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head]} | beside_context(got, other)
-    progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
-    prefill = run(prefill_curves, pipe, args.reps, ids)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
             "head": heads, "draft_scale": scale, "other": other, "prefill": prefill}
