@@ -20,6 +20,7 @@ from contextlib import nullcontext
 import torch
 
 from core.kernels import triton as kernels
+from core.kernels.cpu import lowrank_mm
 from core.errors import SpecError
 from core.trace.record import SOURCES
 from core.decoding.stream import CandidateStream, StreamEvent
@@ -29,6 +30,9 @@ class DraftHead:
     def __init__(self, name, rows, down=None, static_ids=None, stream=None, k_pre=3, k_ver=3, backend="torch",
                  sources=SOURCES, exact=None, rescore=0, preview=None):
         cpu_bf16 = rows.device.type == "cpu" and rows.dtype == torch.bfloat16
+        self.over_v = None if kernels.use_triton(backend, rows.device) else (  # W_up packed for lowrank_mm.c
+            lowrank_mm.packed(preview[0]) if preview is not None else
+            lowrank_mm.packed(rows) if down is not None and static_ids is None and stream is None else None)
         if cpu_bf16 and down is not None:
             # the CPU low-rank product runs in fp32 (lowrank_logits_torch): cast the factors once, not per call
             rows, down = rows.float(), down.float()
@@ -74,6 +78,8 @@ class DraftHead:
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [n, d] -> fp32 logits [n, |I|] over active_ids() order."""
         rows = self.rows if self.buf is None else self.buf[: self.n_active()]
+        if self.down is not None and self.buf is None and self.over_v is not None:
+            return self.over_v(h.float() @ self.down.float().T)  # ([n, d] @ [d, r]) @ [r, V]
         if self.down is not None:
             return kernels.lowrank_logits(h, self.down, rows, None, self.backend)  # ([n,d]@[d,r])@[r,|I|]
         if kernels.use_triton(self.backend, h.device):
@@ -97,7 +103,9 @@ class DraftHead:
     def _preview_ids(self, h: torch.Tensor) -> torch.Tensor:
         """U minus I_t: the ids of each row's top-m low-rank logits over V that are not in I_t."""
         up, down, m = self.preview
-        top = kernels.lowrank_logits(h, down, up, None, self.backend).topk(min(m, up.shape[0]), dim=-1)
+        low = (self.over_v(h.float() @ down.float().T) if self.over_v is not None
+               else kernels.lowrank_logits(h, down, up, None, self.backend))
+        top = low.topk(min(m, up.shape[0]), dim=-1)
         top = top.indices.unique().cpu()  # U: union of the rows' top-m, [n, d] @ [d, r] @ [r, V]
         return top[self.stream.slot_of[top] < 0]
 

@@ -5,7 +5,8 @@ model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the deq
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
 gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
 (`q8_mm`, AVX2 / AVX-VNNI / AVX512-VNNI: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py)
-and layers_q8.c (every layer of a pass in one call where all matrices are int8 blocks: `Q8Layers`).
+and layers_q8.c (every layer of a pass in one call where all matrices are int8 blocks: `Q8Layers`) and lowrank_mm.c
+(a low-rank head's logits over the whole vocabulary: lowrank_mm.py).
 
 `lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
 SPECLENS_CPU_KERNELS=0 turns them off.
@@ -23,7 +24,8 @@ import torch
 
 from core.errors import SpecError
 
-SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c")]
+SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c",
+                                                 "lowrank_mm.c")]
 HEADERS = [Path(__file__).with_name("gguf_q8_dot.h")]  # included by gguf_q8.c: part of the build's key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -38,6 +40,7 @@ SIGNATURES = {
     "codes_mm_avx": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, P, P, ctypes.c_int],
+    "lowrank_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, P, ctypes.c_int, I, P, ctypes.c_int],
     "q8_set_prefetch": [ctypes.c_int],
     "q8_set_pair_rows": [ctypes.c_int],
     "q8_set_stream": [ctypes.c_int],
@@ -104,7 +107,7 @@ def lib():
         return None
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, None
-    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
+    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     so.q8_set_prefetch(prefetch_setting())
     so.q8_set_stream(prefetch_setting("SPECLENS_Q8_STREAM"))

@@ -7,7 +7,8 @@
 - avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights); q8_mm (gguf_q8.c: int8 activations on the
           raw GGUF blocks, llama.cpp's arithmetic), which SPECLENS_GGUF_MATH=auto picks where avx2 is the best variant
 - none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
-The cap lets one machine run and test every variant below its best one.
+lowrank_mm (a low-rank head over the whole vocabulary, lowrank_mm.c) runs on avx512 (AVX-512F) or avx2 (AVX2 + FMA),
+the same floats on both. The cap lets one machine run and test every variant below its best one.
 """
 import functools
 import os
@@ -64,3 +65,19 @@ def codes_variant() -> str:
 def int4_vnni() -> bool:
     """Whether int4_mm (AVX512-VNNI) runs: built here, and the cap allows avx512."""
     return allowed("avx512") and cpu_layer.int4_available()
+
+
+LOWRANK = {"avx512": 2, "avx2": 1}  # lowrank_mm's variants: isa id
+
+
+@functools.cache
+def lowrank_variants() -> tuple:
+    """The lowrank_mm variants this CPU and build run, best first."""
+    lib = cpu_layer.lib()
+    bits = lib.lowrank_isa() if lib is not None else 0
+    return tuple(v for v, i in LOWRANK.items() if bits >> (i - 1) & 1)
+
+
+def lowrank_variant() -> str:
+    """The lowrank_mm variant that runs: the best one here that the cap allows ("": the torch product)."""
+    return next((v for v in lowrank_variants() if allowed(v)), "")
