@@ -312,3 +312,14 @@ def test_each_point_of_a_curve_is_timed_after_itself_in_every_round():
     times = calibrate.ms_rounds([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
     # per round and point: a warm-up call, then 2 timed ones in a row
     assert calls == ([0] * 3 + [1] * 3 + [2] * 3) * 2 and len(times) == 3
+
+
+def test_the_engine_runs_are_timed_before_the_cost_curves(pipe, args, monkeypatch, single_thread):
+    order = []
+    for name in ("record_steps", "verify_curve", "draft_curves", "prefill_curves"):
+        fn = getattr(calibrate, name)
+        monkeypatch.setattr(calibrate, name, lambda *a, fn=fn, name=name, **k: (order.append(name), fn(*a, **k))[1])
+    with torch.no_grad():
+        calibrate.measure_costs(pipe, args, progress=lambda msg: None)
+    first_curve = min(order.index(n) for n in ("verify_curve", "draft_curves", "prefill_curves"))
+    assert "record_steps" in order and "record_steps" not in order[first_curve:]
