@@ -16,6 +16,7 @@ import torch
 
 from core.config import SpecConfig
 from core.decoding import cost
+from core.decoding.context import SwitchPrior
 from core.decoding.tree import tree_shape
 from core.models import draft_defaults, model_alias
 from core.paths import ASSETS, cache_root
@@ -140,12 +141,16 @@ def context_steps(data: dict, acc: dict, mixed: bool = False) -> ContextSteps | 
     return ContextSteps(f, tau_c, rows_c, c.at_rows(c.verify, rows_c) + o_c, t_1)
 
 
-def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, steps=None) -> tuple:
-    """(τ, t_step) of the model's tree s beside the context's steps, as ModelSwitch mixes them (cost.switched)."""
+def step_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps) -> tuple:
+    """(τ, t_ms) of the four kinds of step ModelSwitch mixes: plain, the model's tree, the context's branch, both."""
     t_m = cost.step_ms(c, method, s, tau_m) + c.mixed
     t_both = t_m - c.at(c.verify, s.size + 1) + c.at_rows(c.verify, s.size + cs.rows_c)  # both trees' rows
-    return cost.switched((1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both),
-                         cs.f, steps)
+    return (1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both)
+
+
+def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps) -> tuple:
+    """(τ, t_step) of the model's tree s beside the context's steps, as ModelSwitch mixes them (cost.switched)."""
+    return cost.switched(*step_kinds(c, method, s, tau_m, cs), cs.f)
 
 
 @dataclass
@@ -211,10 +216,8 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
     tau = 1 + cost.expected_accepted(ac, s)
     t_step, name = cost.step_ms(c, method, s, tau), shape_name(s)
     cs = context_steps(data, acc, mixed=True) if context else None
-    if cs is not None:
-        steady = with_model(c, method, s, tau, cs)
-        steps = max(run[1] - 1, 1) / steady[0] if run else None  # ModelSwitch warms up once a run
-        tau, t_step = with_model(c, method, s, tau, cs, steps) if run else steady
+    if cs is not None:  # ModelSwitch starts from this calibration (switch_prior): no warm-up
+        tau, t_step = with_model(c, method, s, tau, cs)
         name += " + context"
     return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run),
                    context=cs is not None)
@@ -237,6 +240,23 @@ def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dic
             "predicted_step_ms": round(v.t_step_ms, 2), "predicted_ar_ms": round(v.t_ar_ms, 2),
             "prediction_note": "" if whole or not prompt_tokens else
             "steady state (no prefill curves in this calibration: python -m core calibrate --force measures them)"}
+
+
+def switch_prior(pipe, cfg: SpecConfig) -> SwitchPrior | None:
+    """The calibrated costs ModelSwitch starts a run from where cfg drafts the model's tree beside the context (None
+    where the calibration lacks this machine, method or the context entry)."""
+    data, acc = cached(pipe)
+    s = shape_of(cfg)
+    if cfg.context != "on" or s is None or not data or not acc or cfg.method not in acc.get("heads", {}) \
+            or cfg.method not in data.get("head", {}):
+        return None
+    cs = context_steps(data, acc, mixed=True)
+    if cs is None:
+        return None
+    c = costs_of(data, cfg.method)
+    tau_m = 1 + cost.expected_accepted(cost.Acceptance(acc["heads"][cfg.method]["a"]), s)
+    plain, model, ctx, both = step_kinds(c, cfg.method, s, tau_m, cs)
+    return SwitchPrior(ms=((plain[1], model[1]), (ctx[1], both[1])), model_tokens=(model[0] - 1, both[0] - ctx[0]))
 
 
 # ---------------------------------------------------------------- --shape auto

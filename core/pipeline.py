@@ -253,13 +253,14 @@ class Pipeline:
         max_seconds: wall-clock cap from the start of generation; the run ends with what it produced,
         its last record marked cut="time limit"."""
         cfg.validate(self.vocab_size, self.drafter.d if self.drafter is not None else None)
+        from core.calibration import resolve_shape, switch_prior
         if cfg.shape == "auto":
-            from core.calibration import resolve_shape
             cfg = resolve_shape(self, cfg)[0]
         ids = prompt_ids if prompt_ids is not None else self.prompt_ids(prompt, chat)
         alone = cfg.shape == "context"  # no model draft: the context drafter's branches alone
         head = None if alone else self.build_head(cfg)
         drafter = None if alone else self.drafter
+        prior = switch_prior(self, cfg) if drafter is not None and cfg.method != "ar" else None
         with self.lock:
             t0 = time.monotonic()
 
@@ -268,4 +269,4 @@ class Pipeline:
                     return "time limit"
                 return should_stop()
             yield from generate(self.target, drafter, head, ids, cfg, self.eos_ids(), self.fr_rank,
-                                self.tokenizer.decode, stop)
+                                self.tokenizer.decode, stop, prior)

@@ -255,6 +255,33 @@ def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, 
     assert (mixed.tau, mixed.t_step_ms) == pytest.approx(steady)
 
 
+def test_the_switch_starts_from_the_calibrated_costs_of_its_four_kinds_of_step(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.5, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
+    data, acc = calibration.cached(pipe)
+    cfg = SpecConfig(method="nanospec", shape="chain", gamma=2, context="on")
+    prior, s = calibration.switch_prior(pipe, cfg), calibration.cost.Shape(2, 1, 2)
+    cs = calibration.context_steps(data, acc, mixed=True)
+    plain, model, ctx, both = calibration.step_kinds(calibration.costs_of(data, "nanospec"), "nanospec", s, 1.75, cs)
+    assert prior.ms[0] == pytest.approx((plain[1], model[1])) and prior.ms[1] == pytest.approx((ctx[1], both[1]))
+    assert prior.model_tokens == pytest.approx((0.75, both[0] - ctx[0]))  # τ_m = 1 + 0.5 + 0.5 · 0.5
+    assert calibration.switch_prior(pipe, SpecConfig(method="nanospec", shape="chain", gamma=2, context="off")) is None
+
+
+def test_a_run_beside_the_context_starts_from_the_calibrations_switch_and_stays_lossless(pipe, costs, tmp_path,
+                                                                                          monkeypatch):
+    prompt, n = "the cat sat on the mat", 8
+    cfg = SpecConfig(method="nanospec", shape="chain", gamma=2, context="on", max_new_tokens=n)
+
+    def first_step_drafts_the_model() -> tuple:
+        recs = list(pipe.run(prompt, cfg, chat=False))
+        return recs[1].tree["head_calls"] > 0, [t for r in recs for t in r.emitted]
+    ar = [t for r in pipe.run(prompt, SpecConfig(method="ar", max_new_tokens=n), chat=False) for t in r.emitted]
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path / "none"))
+    assert first_step_drafts_the_model() == (True, ar)  # no calibration: the switch warms up with the model
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.0, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
+    assert first_step_drafts_the_model() == (False, ar)  # calibrated: a model none of whose drafts pass is left out
+
+
 def test_a_context_runs_steps_are_timed_by_kind_one_row_and_continued(pipe, single_thread):
     prompt = "the cat sat on the mat the cat sat on the mat the cat"  # repeats: the context finds continuations
     with torch.no_grad():

@@ -203,6 +203,26 @@ def test_a_model_that_pays_is_drafted_except_at_exploration_steps():
     assert 64 - sum(choices) == 64 // (sw.EXPLORE * sw.FAR)
 
 
+def test_a_calibrated_switch_starts_from_the_calibrations_choice_without_warming_up():
+    from core.decoding.context import ModelSwitch, SwitchPrior
+    loses = SwitchPrior(ms=((30.0, 200.0), (50.0, 210.0)), model_tokens=(2.7, 2.3))  # the pair on an AMD EPYC
+    pays = SwitchPrior(ms=((10.0, 12.0), (12.0, 14.0)), model_tokens=(1.5, 1.0))
+    ctx = ContextDrafter()
+    first = [ModelSwitch(loses).use_model(ctx, []) for _ in range(1)] + [ModelSwitch(pays).use_model(ctx, [])]
+    assert first == [False, True]  # without a prior the first WARM steps draft the model whatever it costs
+    sw = ModelSwitch(loses)
+    assert sum(sw.use_model(ctx, []) for _ in range(64)) == 64 // (sw.EXPLORE * sw.FAR)
+
+
+def test_a_calibrated_switch_follows_what_the_run_measures():
+    from core.decoding.context import ModelSwitch, SwitchPrior
+    sw, ctx = ModelSwitch(SwitchPrior(ms=((10.0, 12.0), (12.0, 14.0)), model_tokens=(1.5, 1.0))), ContextDrafter()
+    for _ in range(12):  # this run's model steps cost 5x the calibration's
+        sw.use_model(ctx, [])
+        sw.observe(True, 60.0, 1)
+    assert sum(sw.use_model(ctx, []) for _ in range(64)) <= 64 // sw.EXPLORE
+
+
 def test_the_switch_weighs_the_model_apart_on_steps_with_and_without_a_context_branch():
     from core.decoding.context import ModelSwitch
     sw, ctx = ModelSwitch(), ContextDrafter([1, 2, 3, 1, 2])

@@ -122,12 +122,6 @@ def test_with_context_the_model_drafts_where_it_pays_and_the_context_where_it_do
     assert cost.switched(plain, model, ctx, both, f=1.0) == pytest.approx((p * 2 + (1 - p) * 3, p * 12 + (1 - p) * 30))
 
 
-def test_a_short_run_spends_its_warm_up_half_with_the_model_and_half_without():
-    plain, model, ctx, both = (1.0, 10.0), (3.0, 15.0), (2.0, 12.0), (3.0, 30.0)
-    tau, _ = cost.switched(plain, model, ctx, both, f=0.0, steps=2 * cost.ModelSwitch.WARM)
-    assert tau == pytest.approx(2.0)  # half plain (1 token), half the model (3)
-
-
 def test_both_drafts_count_the_models_tokens_where_the_contexts_first_is_rejected():
     assert cost.both_tau(2.0, 3.0) == pytest.approx(2.0 + 2.0 * 0.5)  # α_c = 1 − 1/τ_c = 0.5
 

@@ -95,6 +95,14 @@ class ContextDrafter:
         self.append(emitted)
 
 
+@dataclass(frozen=True)
+class SwitchPrior:
+    """ModelSwitch's means before a run's own steps, per side [no context branch, a branch]: a step's ms without and
+    with the model's tree, and the model's tokens accepted per step that drafts it."""
+    ms: tuple            # ((t_plain, t_model), (t_context, t_both))
+    model_tokens: tuple  # (τ_m − 1, τ_mc − τ_c)
+
+
 class ModelSwitch:
     """Greedy, per step (as SAM-Decoding switches on the suffix match): draft with the model as well only when
     the expected tokens per ms say so, from the measured mean step time with the model's tree (T_m) and
@@ -106,14 +114,23 @@ class ModelSwitch:
     context's longer steps (SmolLM2: the model drafted on 66% of plain steps where it lost 13%). The first WARM
     steps of each kind measure; afterwards the other choice is explored every EXPLORE-th step while the two sides
     are within CLOSE of each other, and every EXPLORE * FAR-th step when one side clearly wins, so a model that
-    never pays costs little."""
+    never pays costs little. With a prior (this machine's calibration: core/calibration.py switch_prior) the means
+    start as WARM steps of each kind at their calibrated costs, so a run starts from the calibration's choice instead
+    of WARM steps with the model on each side (the pair on an AMD EPYC: 6 of a 64-token run's ~29 steps drafted the
+    model at ~200 ms where a plain step took 32, 0.68x against the context alone's 1.01x); what the run measures then
+    moves the means."""
     WARM, EXPLORE, FAR, CLOSE = 3, 8, 4, 1.25
 
-    def __init__(self):
+    def __init__(self, prior: SwitchPrior | None = None):
         self.steps, self.branch = 0, 0
         self.n = [[0, 0], [0, 0]]  # [with a context branch][model drafted]: steps
         self.ms = [[0.0, 0.0], [0.0, 0.0]]  # their milliseconds
         self.model_tokens = [0, 0]  # [with a context branch]: model tokens accepted
+        if prior is not None:
+            w = self.WARM
+            self.n = [[w, w], [w, w]]
+            self.ms = [[w * t for t in side] for side in prior.ms]
+            self.model_tokens = [w * g for g in prior.model_tokens]
 
     def use_model(self, ctx: ContextDrafter, branches) -> bool:
         self.steps += 1

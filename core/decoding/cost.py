@@ -14,7 +14,8 @@ emit to match plain decoding.
 With context drafting on, a fraction f of steps finds a continuation in the token history (core/decoding/context.py),
 and ModelSwitch drafts the model's tree as well where its running means say that raises tokens per ms (means kept
 apart for steps with and without a continuation), exploring the other choice every EXPLORE-th step (every EXPLORE·FAR-th
-where one side wins by more than CLOSE), after WARM steps of each. Four kinds of step mix, each at its share p:
+where one side wins by more than CLOSE), its means started from these four kinds' calibrated costs (SwitchPrior: no
+warm-up steps). Four kinds of step mix, each at its share p:
     no continuation:  plain, 1 token at t_1            or the model's tree, τ_m at t_m
     a continuation:   the context alone, τ_c at t_c    or both, τ_mc = τ_c + (τ_m − 1)(1 − α_c) at t_mc
     τ = Σ p τ_kind        t_step = Σ p t_kind                                               (switched)
@@ -140,18 +141,14 @@ def model_share(gain: float) -> float:
     return 1 - 1 / period if gain > 1 else 1 / period
 
 
-def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float, steps: float | None = None) -> tuple:
+def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float) -> tuple:
     """(τ, t_step) of context drafting beside the model's tree, each kind of step given as (τ, t_ms): where the
     context has no continuation (1 − f of steps) plain or model, where it has one ctx or both, as ModelSwitch chooses
-    from its running means of each pair apart (tokens per ms with the model over without it); steps: a run's step
-    count, of which ModelSwitch's warm-up takes WARM with the model and WARM without on each side (None: the steady
-    state alone)."""
-    def share(without: tuple, with_model: tuple, n: float) -> float:
-        warm = min(ModelSwitch.WARM / n, 0.5) if steps else 0.0
-        gain = with_model[0] * without[1] / (without[0] * with_model[1])  # ModelSwitch.use_model's ratio
-        return warm + (1 - 2 * warm) * model_share(gain)
-    p_none = share(plain, model, max((1 - f) * (steps or 0), 1e-9))
-    p_ctx = share(ctx, both, max(f * (steps or 0), 1e-9))
+    from its means of each pair apart (tokens per ms with the model over without it), started from these costs
+    (the calibration's SwitchPrior: no warm-up)."""
+    def share(without: tuple, with_model: tuple) -> float:
+        return model_share(with_model[0] * without[1] / (without[0] * with_model[1]))  # ModelSwitch.use_model's ratio
+    p_none, p_ctx = share(plain, model), share(ctx, both)
     w = [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
     kinds = (plain, model, ctx, both)
     return sum(p * k[0] for p, k in zip(w, kinds)), sum(p * k[1] for p, k in zip(w, kinds))

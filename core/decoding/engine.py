@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import torch
 
-from core.decoding.context import ContextDrafter, ModelSwitch
+from core.decoding.context import ContextDrafter, ModelSwitch, SwitchPrior
 from core.decoding.draft import DraftState
 from core.decoding.protocols import Drafter, Head, Runner
 from core.decoding.tree import (
@@ -53,9 +53,10 @@ class Timer:
 
 @torch.no_grad()
 def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_ids, cfg, eos_ids=(), fr_rank=None,
-             decode=None, should_stop=lambda: False):
+             decode=None, should_stop=lambda: False, switch_prior: SwitchPrior | None = None):
     """Yield StepRecords. drafter/head: None for method "ar"; drafter None (and head None) with a speculative
-    method: context drafting alone."""
+    method: context drafting alone. switch_prior: where the model drafts beside the context, the calibrated costs
+    its ModelSwitch starts from."""
     gen = torch.Generator().manual_seed(cfg.seed)
     timer = Timer(cfg.timing, target.device)
     decode = decode or (lambda ids: "")
@@ -69,7 +70,7 @@ def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_
     root = _pick(logits[-1], cfg, gen)
     rec = StepRecord(step=0, kind="prefill", **_margins(logits[-1:], target))
     spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
-    ctx = _context_drafter(cfg, drafter, prompt.tolist() + [root]) if spec else None
+    ctx = _context_drafter(cfg, drafter, prompt.tolist() + [root], switch_prior) if spec else None
     feed = None
     if head is not None:
         ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
@@ -99,13 +100,13 @@ def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_
     yield rec
 
 
-def _context_drafter(cfg, drafter, history):
+def _context_drafter(cfg, drafter, history, prior=None):
     """The context drafter when context drafting is on (or drafts alone), else None."""
     if cfg.context != "on" and drafter is not None:
         return None
     ctx = ContextDrafter(history)
     if drafter is not None and cfg.temperature == 0:
-        ctx.switch = ModelSwitch()  # greedy: timing may steer the tree, the output stays the target's
+        ctx.switch = ModelSwitch(prior)  # greedy: timing may steer the tree, the output stays the target's
     return ctx
 
 
