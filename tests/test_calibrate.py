@@ -1,5 +1,6 @@
 """python -m core calibrate (core/experiments/calibrate.py) and its files (core/calibration.py) on a tiny random
 pipeline: what it measures, where it keeps it, the predictions the CLI and bench print from it, and `--shape auto`."""
+import statistics
 import time
 from types import SimpleNamespace
 
@@ -289,6 +290,18 @@ def test_a_context_runs_steps_are_timed_by_kind_one_row_and_continued(pipe, sing
                                      context="on")
     assert got["model"] is None and got["continued"] is not None and got["continued"] > 0  # curve 0: all is overhead
     assert calibrate.engine_steps(pipe, "ar", prompt, 4, lambda rows, ctx: 0.0)["one"] > 0
+
+
+def test_plain_decodings_bookkeeping_is_each_step_less_its_own_target_pass():
+    steps = [(10.0, 0.0, 1, 5, 1, False, 9.0), (14.0, 0.0, 1, 6, 1, False, 12.0)]  # a slower phase in the second
+    assert calibrate.plain_rest(steps) == pytest.approx(1.5) and calibrate.plain_rest([]) == 0.0
+
+
+def test_plain_decodings_bookkeeping_is_measured_from_engine_runs(pipe, single_thread):
+    with torch.no_grad():
+        steps = calibrate.record_steps(pipe, "ar", "the cat sat on the mat", 6)
+    assert len(steps) == 5 and all(own > 0 for *_, own in steps)  # the prefill's token, then 5 plain steps
+    assert 0 < calibrate.plain_rest(steps) < statistics.mean(wall for wall, *_ in steps)
 
 
 def test_the_continued_and_one_row_costs_fall_back_to_each_other_where_a_run_lacked_one():
