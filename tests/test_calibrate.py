@@ -262,10 +262,21 @@ def test_the_switch_starts_from_the_calibrated_costs_of_its_four_kinds_of_step(p
     cfg = SpecConfig(method="nanospec", shape="chain", gamma=2, context="on")
     prior, s = calibration.switch_prior(pipe, cfg), calibration.cost.Shape(2, 1, 2)
     cs = calibration.context_steps(data, acc, mixed=True)
-    plain, model, ctx, both = calibration.step_kinds(calibration.costs_of(data, "nanospec"), "nanospec", s, 1.75, cs)
+    plain, model, ctx, both = calibration.mixed_kinds(calibration.costs_of(data, "nanospec"), "nanospec", s, 1.75, cs)
     assert prior.ms[0] == pytest.approx((plain[1], model[1])) and prior.ms[1] == pytest.approx((ctx[1], both[1]))
     assert prior.model_tokens == pytest.approx((0.75, both[0] - ctx[0]))  # τ_m = 1 + 0.5 + 0.5 · 0.5
     assert calibration.switch_prior(pipe, SpecConfig(method="nanospec", shape="chain", gamma=2, context="off")) is None
+
+
+def test_a_rarely_drafted_model_pays_the_drafters_catch_up_at_its_steps():
+    c = calibration.cost.Costs(verify=[10.0 + n for n in range(32)], backbone=[2.0 * w for w in range(1, 9)],
+                               head={"nanospec": [1.0] * 8})  # the drafter: 2 ms a token taken in
+    cs, s = calibration.ContextSteps(f=0.5, tau_c=2.0, rows_c=3.0, t_c=12.0, t_1=10.0), calibration.cost.Shape(2, 1, 2)
+    every_step, mixed = (f(c, "nanospec", s, 1.1, cs) for f in (calibration.step_kinds, calibration.mixed_kinds))
+    w = calibration.cost.shares(*mixed, cs.f)
+    assert w[1] + w[3] == pytest.approx(1 / 32)  # 1.1 tokens in 18 ms lose to 1 in 10: explored every 32nd step
+    tau = sum(p * k[0] for p, k in zip(w, mixed))
+    assert mixed[1][1] - every_step[1][1] == pytest.approx(2.0 * (round(32 * tau) - 1))  # 32 steps' tokens, not 1
 
 
 def test_a_run_beside_the_context_starts_from_the_calibrations_switch_and_stays_lossless(pipe, costs, tmp_path,

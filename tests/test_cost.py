@@ -122,6 +122,10 @@ def test_with_context_the_model_drafts_where_it_pays_and_the_context_where_it_do
     assert cost.switched(plain, model, ctx, both, f=1.0) == pytest.approx((p * 2 + (1 - p) * 3, p * 12 + (1 - p) * 30))
 
 
+def test_the_drafter_catches_up_on_every_token_since_the_models_last_step():
+    assert cost.catch_up(1.5, 1 / 32) == pytest.approx(48.0) and cost.catch_up(3.0, 1.0) == 3.0
+
+
 def test_both_drafts_count_the_models_tokens_where_the_contexts_first_is_rejected():
     assert cost.both_tau(2.0, 3.0) == pytest.approx(2.0 + 2.0 * 0.5)  # α_c = 1 − 1/τ_c = 0.5
 

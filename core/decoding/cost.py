@@ -20,7 +20,8 @@ warm-up steps). Four kinds of step mix, each at its share p:
     a continuation:   the context alone, τ_c at t_c    or both, τ_mc = τ_c + (τ_m − 1)(1 − α_c) at t_mc
     τ = Σ p τ_kind        t_step = Σ p t_kind                                               (switched)
 with α_c ≈ 1 − 1/τ_c the chance that the context's first token is accepted (a geometric run of acceptances), and t_mc
-the model's draft plus the verify of both trees' rows.
+the model's draft plus the verify of both trees' rows. A step that drafts the model first feeds the drafter every token
+emitted since the last one that did, τ / p_model of them (catch_up), so t_m and t_mc grow as the model's share falls.
 A whole run of N new tokens after a prompt of P tokens adds what both pay once, the target's prefill t_pre(P) (which
 emits the first token), and the drafter's prefill t_dpre(P), which speculation alone pays:
     speedup of the run = (t_pre + (N − 1) · t_ar) / (t_pre + t_dpre + (N − 1) / τ · t_step)     (run_speedup)
@@ -141,17 +142,27 @@ def model_share(gain: float) -> float:
     return 1 - 1 / period if gain > 1 else 1 / period
 
 
-def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float) -> tuple:
-    """(τ, t_step) of context drafting beside the model's tree, each kind of step given as (τ, t_ms): where the
-    context has no continuation (1 − f of steps) plain or model, where it has one ctx or both, as ModelSwitch chooses
-    from its means of each pair apart (tokens per ms with the model over without it), started from these costs
-    (the calibration's SwitchPrior: no warm-up)."""
+def shares(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float) -> list:
+    """Each kind's share of steps [plain, model, ctx, both], each kind given as (τ, t_ms): where the context has no
+    continuation (1 − f of steps) plain or model, where it has one ctx or both, as ModelSwitch chooses from its means
+    of each pair apart (tokens per ms with the model over without it), started from these costs (the calibration's
+    SwitchPrior: no warm-up)."""
     def share(without: tuple, with_model: tuple) -> float:
         return model_share(with_model[0] * without[1] / (without[0] * with_model[1]))  # ModelSwitch.use_model's ratio
     p_none, p_ctx = share(plain, model), share(ctx, both)
-    w = [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
-    kinds = (plain, model, ctx, both)
+    return [(1 - f) * (1 - p_none), (1 - f) * p_none, f * (1 - p_ctx), f * p_ctx]
+
+
+def switched(plain: tuple, model: tuple, ctx: tuple, both: tuple, f: float) -> tuple:
+    """(τ, t_step) of context drafting beside the model's tree: each kind of step at its share (shares)."""
+    w, kinds = shares(plain, model, ctx, both, f), (plain, model, ctx, both)
     return sum(p * k[0] for p, k in zip(w, kinds)), sum(p * k[1] for p, k in zip(w, kinds))
+
+
+def catch_up(tau: float, p_model: float) -> float:
+    """Tokens the drafter takes in at a step that drafts the model: every token emitted since the last such step
+    (DraftFeed feeds the skipped steps' tokens then), τ / p_model of them."""
+    return tau / max(p_model, 1e-9)
 
 
 def both_tau(tau_c: float, tau_m: float) -> float:
