@@ -185,9 +185,11 @@ def test_auto_picks_the_grid_shape_of_highest_predicted_speedup_unless_within_th
 
 
 def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0, "drafted": 0.5})
-    costs_ctx = costs | {"other": costs["other"] | {"context": 0.0, "context_one": 0.0}}
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs_ctx))
+    beside = {"context": 0.0, "context_one": 0.0}  # a model whose drafts almost never pass; 2 ms a token taken in
+    synthetic = costs | {"verify": [10.0 + n for n in range(32)], "backbone": [2.0, 4.0, 6.0], "head": {"nanospec": [1.0] * 3},
+                         "draft_scale": {}, "other": {"nanospec": 0.0, "ar": 0.0, **beside, "mixed": {"model": 0.0, **beside}}}
+    calibrated(pipe, synthetic, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0,
+                                                                                    "drafted": 0.5})
     cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
     assert cfg.shape == "context" and "context alone" in note
     off, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
