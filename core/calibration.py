@@ -184,6 +184,41 @@ class Verdict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+def rescale(curve: list, r_one: float, r_rest: float, base: float | None = None) -> list:
+    """curve with its 1-row part (base: curve[0]) times r_one and what more rows add times r_rest."""
+    base = curve[0] if base is None else base
+    return [base * r_one + (t - base) * r_rest for t in curve]
+
+
+def ratios(cal: list, now: dict) -> tuple:
+    """(r_one, r_rest) of a probe now = {"rows": [1, k], "ms": [t(1), t(k)]} over the calibrated curve cal: a 1-row
+    pass moves with the read bandwidth, the rows past it with the cores' share (r_rest = r_one where cal is flat)."""
+    (one, k), (t1, tk) = now["rows"], now["ms"]
+    c1, ck = cost.Costs.at(cal, one), cost.Costs.at(cal, k)
+    r_one = t1 / c1
+    return r_one, (tk - t1) / (ck - c1) if ck - c1 > 0.1 * c1 else r_one
+
+
+def anchored(data: dict, probe: dict | None) -> dict:
+    """data read at the moment of a probe (core/experiments/calibrate.py: probe) instead of the calibration's: the
+    target's curves, prefill included, scaled by the target's ratios, the drafter's and the heads' by the drafter's.
+    On a VM whose bandwidth and core share drift apart between processes (AMD EPYC: a pair's t(1) 23.5–35.5 ms in
+    three calibrations of one day), one factor cannot re-anchor both a 1-row pass and a 9-row one; two can."""
+    if not probe:
+        return data
+    t_one, t_rest = ratios(at_context(data, probe["n_ctx"])["verify"], probe["target"])
+    b_one, b_rest = ratios(data["backbone"], probe["draft"]) if "draft" in probe else (1.0, 1.0)
+    out = {**data, "verify": rescale(data["verify"], t_one, t_rest), "backbone": rescale(data["backbone"], b_one, b_rest),
+           "head": {m: [t * b_one for t in h] for m, h in data["head"].items()}}
+    if data.get("verify_by_context"):
+        out["verify_by_context"] = {c: rescale(v, t_one, t_rest) for c, v in data["verify_by_context"].items()}
+    if data.get("prefill"):
+        pre = data["prefill"]
+        out["prefill"] = {**pre, "target": rescale(pre["target"], t_one, t_rest, data["verify"][0]),
+                          "draft": rescale(pre["draft"], b_one, b_rest, data["backbone"][0])}
+    return out | {"probe": probe}
+
+
 def ar_ms(data: dict) -> float:
     """Plain decoding's step: the target's 1-row pass and its bookkeeping (calibrations before it was measured: 0)."""
     return data["verify"][0] + data.get("other", {}).get("ar", 0.0)
@@ -237,12 +272,14 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
                    context=cs is not None)
 
 
-def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None) -> dict:
+def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None, probe: dict | None = None) -> dict:
     """The cost model's numbers for one run's config, from the cached calibration (no measuring here):
     predicted_speedup is the whole run's (a prompt of prompt_tokens, cfg.max_new_tokens new ones) where the
-    calibration has prefill curves and prompt_tokens is given, else the steady state's."""
+    calibration has prefill curves and prompt_tokens is given, else the steady state's; probe: its curves read at
+    that probe's moment (anchored)."""
     cfg = resolve_shape(pipe, cfg)[0]
     data, acc = cached(pipe)
+    data = anchored(data, probe) if data else data
     run = (prompt_tokens, cfg.max_new_tokens) if prompt_tokens else None
     v = verdict(data, acc, cfg.method, shape_of(cfg), cfg.context == "on", run) if data and acc else None
     if v is None:

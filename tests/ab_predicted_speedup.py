@@ -1,6 +1,8 @@
 """Predicted vs measured speedup over plain decoding, whole runs (prefills included), held-out prompts (the first of
 each category, or --per-category of each), interleaved per prompt in one process (docs/cost.md). Run after `python -m core calibrate`:
-PYTHONPATH=. python tests/ab_predicted_speedup.py [--model ALIAS --draft ALIAS] [--n 64] [--per-category 2]"""
+PYTHONPATH=. python tests/ab_predicted_speedup.py [--model ALIAS --draft ALIAS] [--n 64] [--per-category 2]
+Each prediction twice: from the calibration as cached, and anchored to a probe of this process (calibrate.probe) taken
+before the runs; the probe is taken again after them, to show how far the machine drifted within the process."""
 import argparse
 import time
 
@@ -8,6 +10,7 @@ import torch
 
 from core.calibration import SHAPE_KEYS, prediction
 from core.config import SpecConfig
+from core.experiments.calibrate import probe
 from core.experiments.prompts import load_prompts, per_category
 from core.models import draft_defaults
 from core.pipeline import Pipeline
@@ -46,6 +49,8 @@ def main() -> None:
     rows = sum(len(pipe.prompt_ids(q.text)) for q in prompts) / len(prompts)
     for v in VARIANTS:  # warm-up
         list(pipe.run(prompts[0].text, config(pipe, v, 4)))
+    with torch.no_grad():
+        now = probe(pipe)
     tokens, seconds = {name(v): 0 for v in VARIANTS}, {name(v): 0.0 for v in VARIANTS}
     steps = {name(v): [0, 0, 0.0, 0.0] for v in VARIANTS}  # steps after the prefill: tokens, timed ms, wall ms
     for q in prompts:
@@ -60,24 +65,33 @@ def main() -> None:
             for r in recs[1:]:
                 s[0], s[1], s[2] = s[0] + 1, s[1] + len(r.emitted), s[2] + sum(r.timing_ms.values())
             s[3] += 1e3 * (wall[-1] - wall[0])
+    with torch.no_grad():
+        after = probe(pipe)
+    print("probe before / after the runs (ms): target t(1) {:.1f} / {:.1f}, t({}) {:.1f} / {:.1f}; drafter w=1 {:.1f} / "
+          "{:.1f}".format(now["target"]["ms"][0], after["target"]["ms"][0], now["target"]["rows"][1],
+                          now["target"]["ms"][1], after["target"]["ms"][1], now["draft"]["ms"][0], after["draft"]["ms"][0]))
     ar = tokens[name(VARIANTS[0])] / seconds[name(VARIANTS[0])]
     n_ar, _, _, wall_ar = steps[name(VARIANTS[0])]
     print(f"{pipe.model_id}: {len(prompts)} prompts of {rows:.0f} tokens on average, {args.n} new; AR {ar:.1f} tok/s, "
           f"{wall_ar / max(n_ar, 1):.1f} ms a step (record to record)")
-    errs = []
+    errs = {"cached": [], "anchored": []}
     for v in VARIANTS[1:]:
         measured = tokens[name(v)] / seconds[name(v)] / ar
-        pred = prediction(pipe, config(pipe, v, args.n), rows)
+        pred, held = prediction(pipe, config(pipe, v, args.n), rows), prediction(pipe, config(pipe, v, args.n), rows, now)
         if pred["predicted_speedup"] is None:
             print(f"{name(v)}: measured {measured:.2f}x, no prediction ({pred['prediction_note']})")
             continue
-        errs.append(pred["predicted_speedup"] / measured - 1)
+        errs["cached"].append(pred["predicted_speedup"] / measured - 1)
+        errs["anchored"].append(held["predicted_speedup"] / measured - 1)
         n, toks, _, ms = steps[name(v)]
-        print(f"{name(v):<28} predicted {pred['predicted_speedup']:.2f}x (step for step {pred['predicted_step_speedup']:.2f}x)"
-              f", measured {measured:.2f}x ({errs[-1]:+.1%}); τ {toks / max(n, 1):.2f} (predicted "
-              f"{pred['predicted_tau']:.2f}), {ms / max(n, 1):.1f} ms a step (predicted {pred['predicted_step_ms']:.1f})")
-    if errs:
-        print(f"largest error {max(map(abs, errs)):.1%}; the AR step predicted {pred['predicted_ar_ms']:.1f} ms")
+        print(f"{name(v):<28} measured {measured:.2f}x; predicted {pred['predicted_speedup']:.2f}x "
+              f"({errs['cached'][-1]:+.1%}), anchored {held['predicted_speedup']:.2f}x ({errs['anchored'][-1]:+.1%}); "
+              f"τ {toks / max(n, 1):.2f} (predicted {pred['predicted_tau']:.2f}), {ms / max(n, 1):.1f} ms a step "
+              f"(predicted {pred['predicted_step_ms']:.1f}, anchored {held['predicted_step_ms']:.1f})")
+    if errs["cached"]:
+        for k, e in errs.items():
+            print(f"{k}: largest error {max(map(abs, e)):.1%}, {sum(abs(x) <= 0.1 for x in e)} of {len(e)} within 10%")
+        print(f"the AR step predicted {pred['predicted_ar_ms']:.1f} ms, anchored {held['predicted_ar_ms']:.1f}")
 
 
 if __name__ == "__main__":

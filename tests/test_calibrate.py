@@ -131,6 +131,50 @@ def test_the_prediction_reads_the_cached_calibration(pipe, costs, tmp_path, monk
     assert whole["prediction_note"] == ""
 
 
+def linear_costs(t1: float, per_row: float, b1: float, per_w: float) -> dict:
+    """A calibration whose target pass costs t1 + per_row (n − 1) ms and drafter pass b1 + per_w (w − 1)."""
+    verify = [t1 + per_row * n for n in range(32)]
+    return {"verify": verify, "verify_by_context": {"64": verify, "512": verify},
+            "backbone": [b1 + per_w * w for w in range(8)], "head": {"nanospec": [0.5] * 8},
+            "prefill": {"rows": [16, 64], "target": [t1 + 15 * per_row, t1 + 63 * per_row], "draft": [b1 + 15 * per_w] * 2}}
+
+
+def test_an_anchor_scales_the_one_row_pass_and_the_rows_past_it_apart():
+    data = linear_costs(10.0, 4.0, 2.0, 1.0)  # now: t(1) 12 (×1.2), 8 ms a row (×2); drafter w=1 3 (×1.5), rows ×1
+    probe = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [12.0, 12.0 + 8 * 8]}, "draft": {"rows": [1, 4], "ms": [3.0, 6.0]}}
+    held = calibration.anchored(data, probe)
+    assert held["verify"][:4] == pytest.approx([12.0, 20.0, 28.0, 36.0])
+    assert held["verify_by_context"]["512"][8] == pytest.approx(76.0)
+    assert held["backbone"][:3] == pytest.approx([3.0, 4.0, 5.0]) and held["head"]["nanospec"][0] == pytest.approx(0.75)
+    assert held["prefill"]["target"][0] == pytest.approx(12.0 + 15 * 8.0)  # a prompt's rows are past the first too
+    assert data["verify"][1] == 14.0  # the calibration itself is left as it was
+
+
+def test_a_probe_that_reads_the_calibrations_own_costs_changes_no_prediction():
+    data = linear_costs(10.0, 4.0, 2.0, 1.0)
+    probe = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [10.0, 42.0]}, "draft": {"rows": [1, 4], "ms": [2.0, 5.0]}}
+    held = calibration.anchored(data, probe)
+    for k in ("verify", "backbone"):
+        assert held[k] == pytest.approx(data[k])
+    assert calibration.anchored(data, None) is data
+
+
+def test_a_probe_times_the_target_and_the_drafter_now_at_one_row_and_a_wide_pass(pipe, single_thread):
+    with torch.no_grad():
+        got = calibrate.probe(pipe, reps=1)
+    assert got["target"]["rows"] == [1, calibrate.PROBE["rows"]] and got["draft"]["rows"] == [1, calibrate.PROBE["width"]]
+    assert all(t > 0 for t in got["target"]["ms"] + got["draft"]["ms"]) and got["n_ctx"] == calibrate.PROBE["n_ctx"]
+
+
+def test_a_prediction_anchored_to_a_slower_moment_predicts_a_slower_plain_step(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.1]] * 6)
+    cfg = SpecConfig(method="nanospec", shape="chain", gamma=3)
+    c = costs["verify_by_context"]["8"]  # every pass twice the calibration's
+    slow = {"n_ctx": 8, "target": {"rows": [1, 5], "ms": [2 * c[0], 2 * c[4]]}}
+    assert calibration.prediction(pipe, cfg, probe=slow)["predicted_ar_ms"] == pytest.approx(
+        calibration.prediction(pipe, cfg)["predicted_ar_ms"] + costs["verify"][0], abs=0.02)
+
+
 def test_calibrate_names_a_bad_method_and_a_too_small_grid():
     with pytest.raises(SpecError, match="unknown method"):
         calibrate.parse(["--methods", "nanospec,eagle9"])

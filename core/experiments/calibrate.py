@@ -72,11 +72,8 @@ def curve_rows(rows: int) -> list:
     return [n for n in range(1, rows + 1) if n <= 17 or n % 4 == 0 or n == rows]
 
 
-def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
-    """t_verify(n), n = 1 .. rows: the target's pass over n new rows after n_ctx committed ones, logits included,
-    timed at curve_rows (linear between them) from the most rows down: a 1-row pass takes ~5 passes to settle after a
-    32-row one (SmolLM2: 6.0 ms falling to 4.0), so timed first or after the widest it read 40% above the engine's
-    plain steps."""
+def verify_pass(pipe, n_ctx: int, ids: list):
+    """verify(n): the target's pass over n new rows after n_ctx committed ones, logits included, left uncommitted."""
     prompt, _, _ = prefilled(pipe, n_ctx, ids)
     drop = torch.zeros(0, dtype=torch.long)
 
@@ -84,13 +81,22 @@ def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
         h, _ = pipe.target.forward(prompt[:n], torch.arange(n_ctx, n_ctx + n), None)
         pipe.target.logits(h)
         pipe.target.commit(drop)
-    ns = curve_rows(rows)
+    return verify
+
+
+def verify_curve(pipe, n_ctx: int, rows: int, reps: int, ids: list) -> list:
+    """t_verify(n), n = 1 .. rows: the target's pass over n new rows after n_ctx committed ones, logits included,
+    timed at curve_rows (linear between them) from the most rows down: a 1-row pass takes ~5 passes to settle after a
+    32-row one (SmolLM2: 6.0 ms falling to 4.0), so timed first or after the widest it read 40% above the engine's
+    plain steps."""
+    verify, ns = verify_pass(pipe, n_ctx, ids), curve_rows(rows)
     timed = ms_rounds([lambda n=n: verify(n) for n in reversed(ns)], reps)[::-1]
     return [cost.interpolate(ns, timed, n) for n in range(1, rows + 1)]
 
 
-def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:
-    """(t_backbone(w), {method: t_head(w)}), w = 1 .. width, after a prefill of n_ctx tokens."""
+def draft_pass(pipe, n_ctx: int, ids: list) -> tuple:
+    """(expand(w): the drafter's pass over w rows after its prefill of n_ctx tokens, rolled back; the prompt, its
+    logits, the drafter's state)."""
     prompt, logits, feats = prefilled(pipe, n_ctx, ids)
     state = pipe.drafter.prefill(prompt, int(logits[-1].argmax()), feats)
 
@@ -99,6 +105,12 @@ def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) ->
         parent = DraftState(state.head_in[-1:][rows], None if state.state is None else state.state[-1:][rows])
         pipe.drafter.expand(parent, prompt[:w], torch.full((w,), n_ctx), torch.eye(w, dtype=torch.bool))
         pipe.drafter.rollback()
+    return expand, prompt, logits, state
+
+
+def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) -> tuple:
+    """(t_backbone(w), {method: t_head(w)}), w = 1 .. width, after a prefill of n_ctx tokens."""
+    expand, prompt, logits, state = draft_pass(pipe, n_ctx, ids)
     backbone = [ms(lambda w=w: expand(w), reps) for w in range(1, width + 1)]
     heads = {}
     for m in methods:
@@ -107,6 +119,25 @@ def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) ->
         h = state.head_in[-1:]
         heads[m] = [ms(lambda head=head, h=h, w=w: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
     return backbone, heads
+
+
+PROBE = {"n_ctx": 64, "rows": 9, "width": 4}  # the probe's context, wide target pass (the tree 4/2/8 and its root), wide draft
+
+
+def probe(pipe, reps: int = 5, n_ctx: int = PROBE["n_ctx"]) -> dict:
+    """This moment's target pass over 1 and PROBE rows and drafter pass over 1 and PROBE width rows, timed as the
+    calibration's curves (ms_rounds, the widest first), for calibration.anchored: ~1.5 s on the 1.5B pair."""
+    from core.experiments.prompts import example_prompts
+    ids = pipe.prompt_ids(example_prompts()[0].text)
+    k, w = PROBE["rows"], PROBE["width"]
+    verify = verify_pass(pipe, n_ctx, ids)
+    target = ms_rounds([lambda: verify(k), lambda: verify(1)], reps)[::-1]
+    out = {"n_ctx": n_ctx, "target": {"rows": [1, k], "ms": target}}
+    if pipe.drafter is not None and hasattr(pipe.drafter, "expand"):
+        expand = draft_pass(pipe, n_ctx, ids)[0]
+        out["draft"] = {"rows": [1, w], "ms": ms_rounds([lambda: expand(1), lambda: expand(w)], reps)}
+    pipe.target.reset()
+    return out
 
 
 def config_for(pipe, method: str, **over) -> SpecConfig:
