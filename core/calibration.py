@@ -46,12 +46,12 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
-MEASURES = 8  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+MEASURES = 9  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
 #               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the
 #               draft's scale; 4: a context run's 1-row and continued steps' bookkeeping apart, over two prompts;
 #               5: the verify curve timed from the most rows down; 6: past 17 rows every 4th, linear between;
 #               7: each head's steps over the two step prompts (one prompt's ~7 steps of the pair swung by 50 ms);
-#               8: plain decoding's bookkeeping against its own steps' target passes (calibrate.plain_rest)
+#               8: plain decoding's bookkeeping against its own steps' target passes; 9: every kind's (step_rest)
 
 
 def calibration_key(pipe) -> dict:

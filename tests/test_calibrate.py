@@ -343,22 +343,24 @@ def test_a_run_beside_the_context_starts_from_the_calibrations_switch_and_stays_
 def test_a_context_runs_steps_are_timed_by_kind_one_row_and_continued(pipe, single_thread):
     prompt = "the cat sat on the mat the cat sat on the mat the cat"  # repeats: the context finds continuations
     with torch.no_grad():
-        got = calibrate.engine_steps(pipe, "nanospec", [prompt, prompt], 12, lambda rows, ctx: 0.0, shape="context",
-                                     context="on")
-    assert got["model"] is None and got["continued"] is not None and got["continued"] > 0  # curve 0: all is overhead
-    assert calibrate.engine_steps(pipe, "ar", prompt, 4, lambda rows, ctx: 0.0)["one"] > 0
+        got = calibrate.engine_steps(pipe, "nanospec", [prompt, prompt], 12, shape="context", context="on")
+    assert got["model"] is None and got["continued"] is not None and got["continued"] > 0
+    assert calibrate.engine_steps(pipe, "ar", prompt, 4)["one"] > 0
 
 
-def test_plain_decodings_bookkeeping_is_each_step_less_its_own_target_pass():
-    steps = [(10.0, 0.0, 1, 5, 1, False, 9.0), (14.0, 0.0, 1, 6, 1, False, 12.0)]  # a slower phase in the second
-    assert calibrate.plain_rest(steps) == pytest.approx(1.5) and calibrate.plain_rest([]) == 0.0
+def test_a_steps_bookkeeping_is_its_wall_time_less_its_draft_and_its_own_target_pass():
+    steps = [(10.0, 0.0, 1, 5, 1, False, 9.0), (14.0, 0.0, 1, 6, 1, False, 12.0),  # a slower phase in the second
+             (30.0, 12.0, 5, 7, 2, True, 15.0), (20.0, 0.0, 3, 9, 3, False, 17.5)]
+    got = calibrate.step_rest(steps)
+    assert got["one"] == pytest.approx(1.5) and got["model"] == pytest.approx(3.0) and got["continued"] == pytest.approx(2.5)
+    assert calibrate.step_rest([])["one"] is None
 
 
 def test_plain_decodings_bookkeeping_is_measured_from_engine_runs(pipe, single_thread):
     with torch.no_grad():
         steps = calibrate.record_steps(pipe, "ar", "the cat sat on the mat", 6)
     assert len(steps) == 5 and all(own > 0 for *_, own in steps)  # the prefill's token, then 5 plain steps
-    assert 0 < calibrate.plain_rest(steps) < statistics.mean(wall for wall, *_ in steps)
+    assert 0 < calibrate.step_rest(steps)["one"] < statistics.mean(wall for wall, *_ in steps)
 
 
 def test_the_continued_and_one_row_costs_fall_back_to_each_other_where_a_run_lacked_one():

@@ -170,37 +170,32 @@ def record_steps(pipe, method: str, prompts, n_new: int, **over) -> list:
     return steps
 
 
-def step_rest(steps: list, verify_ms, draft_ms=None) -> dict:
+def step_rest(steps: list, draft_ms=None) -> dict:
     """What the curves leave out of recorded steps: the mean per-step milliseconds by kind of step, None where there
     was none: "model" (the model drafted), "one" (1 row verified, nothing drafted) and "continued" (the context's rows
-    alone). Each step's wall time less its draft timers and verify_ms(rows, context), the verify curve at that step's
-    rows and context; so the context lookup, the tree's bookkeeping, the acceptance, the record, and what a pass costs
-    in the engine's mix of passes beyond the curve's, all count (a kind's mean is not below 0: where the engine's
-    passes cost less than the curve's, the curve stands). A continued step costs more than a 1-row one beyond its rows
-    (SmolLM2, 2026-12-03: ~2.2 against ~0.9 ms), so a run's mix of the two must not set both. With draft_ms(intake)
-    (the curves' draft of a step after one that emitted `intake` tokens): "draft_scale", the engine's draft timers over
-    it (the drafter and the head run between target passes in the engine, in a row of their own in the curves)."""
+    alone). Each step's wall time less its draft timers and the engine's timer of its own target pass, timed in the
+    same moment: so the context lookup, the tree's bookkeeping, the acceptance and the record count, and a step's
+    pass is the curve's at its rows for every kind alike, plain decoding's included. Against the curve instead, the
+    VM's phase at the curve's moment went into one kind and not another (AMD EPYC, 2026-12-05: a calibration put the
+    pair's plain step at 33.5 ms over a t(1) of 25.4, 26.3 measured after it; an AMX Xeon, SmolLM2: a mixed run's
+    1-row steps 2.1 ms over the curve, 1.1 over their own passes). A continued step costs more than a 1-row one
+    beyond its rows (SmolLM2, 2026-12-03: ~2.2 against ~0.9 ms), so a run's mix of the two must not set both. With
+    draft_ms(intake) (the curves' draft of a step after one that emitted `intake` tokens): "draft_scale", the engine's
+    draft timers over it (the drafter and the head run between target passes in the engine, in a row of their own in
+    the curves)."""
     rest, draft = {"model": [], "one": [], "continued": []}, [0.0, 0.0]
-    for wall, timers, rows, ctx, intake, drafted, _ in steps:
+    for wall, timers, rows, _ctx, intake, drafted, own in steps:
         kind = "model" if drafted else "one" if rows == 1 else "continued"
-        rest[kind].append(wall - timers - verify_ms(rows, ctx))
+        rest[kind].append(wall - timers - own)
         if drafted and draft_ms is not None:
             draft[0], draft[1] = draft[0] + timers, draft[1] + draft_ms(intake)
     out = {k: max(statistics.mean(x), 0.0) if x else None for k, x in rest.items()}
     return out | {"draft_scale": draft[0] / draft[1] if draft[1] > 0 else None}
 
 
-def plain_rest(steps: list) -> float:
-    """Plain decoding's milliseconds a step beyond its target pass, each step against its own pass (the engine's
-    verify timer: the curve's t(1) work, timed in the same moment). Against the curve, a calibration whose engine runs
-    and curves met different bandwidth phases put the pair's plain step at 33.5 ms over a t(1) of 25.4 (AMD EPYC,
-    2026-12-05; 26.3 measured in the A/B run after it): every 1-row pass is alike here, so the curve adds nothing."""
-    return max(statistics.mean(wall - timers - own for wall, timers, *_, own in steps), 0.0) if steps else 0.0
-
-
-def engine_steps(pipe, method: str, prompts, n_new: int, verify_ms, draft_ms=None, **over) -> dict:
+def engine_steps(pipe, method: str, prompts, n_new: int, draft_ms=None, **over) -> dict:
     """step_rest of the steps of fresh engine runs."""
-    return step_rest(record_steps(pipe, method, prompts, n_new, **over), verify_ms, draft_ms)
+    return step_rest(record_steps(pipe, method, prompts, n_new, **over), draft_ms)
 
 
 def beside_context(got: dict, fallback: dict | None = None) -> dict:
@@ -270,19 +265,15 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     backbone, heads = run(draft_curves, pipe, contexts[0], args.width, args.reps, ids, args.methods)
     progress(f"prefill: prompts of {', '.join(map(str, PREFILL_AT))} tokens")
     prefill = run(prefill_curves, pipe, args.reps, ids)
-    other, scale, xs = {}, {}, sorted(verify)
-
-    def verify_ms(rows: int, n_ctx: float) -> float:
-        at = [cost.Costs.at(verify[c], rows) for c in xs]
-        return cost.interpolate(xs, at, n_ctx) if len(xs) > 1 else at[0]
+    other, scale = {}, {}
     for m in args.methods:
         c, s = cost.Costs(verify=[], backbone=backbone, head=heads), shape_of(config_for(pipe, m))
-        got = step_rest(recorded[m], verify_ms, lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
+        got = step_rest(recorded[m], lambda tau, c=c, m=m, s=s: cost.draft_ms(c, m, s, tau))
         other[m], scale[m] = got["model"] or 0.0, got["draft_scale"]
-    other |= beside_context(step_rest(recorded[CONTEXT], verify_ms))
-    other["ar"] = plain_rest(recorded["ar"])
+    other |= beside_context(step_rest(recorded[CONTEXT]))
+    other["ar"] = step_rest(recorded["ar"])["one"] or 0.0
     head = MIXED_WITH if MIXED_WITH in other else args.methods[0]
-    got = step_rest(recorded[MIXED], verify_ms)
+    got = step_rest(recorded[MIXED])
     other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head]} | beside_context(got, other)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
