@@ -196,6 +196,16 @@ def test_bench_summary_rows_get_the_prediction_beside_the_measured_speedup(pipe,
     assert rows[0]["predicted_speedup"] == "" and rows[1]["predicted_speedup"] > 0
 
 
+def test_a_bench_anchors_its_predictions_to_a_probe_where_the_machine_is_calibrated(pipe, costs, tmp_path, monkeypatch,
+                                                                                   single_thread):
+    from core.experiments.bench import anchor_probe
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    assert anchor_probe(pipe) is None  # nothing calibrated: nothing to anchor
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
+    got = anchor_probe(pipe)
+    assert got["target"]["rows"] == [1, calibrate.PROBE["rows"]] and got["draft"]["ms"][0] > 0
+
+
 # ---------------------------------------------------------------- --shape auto
 
 def calibrated(pipe, costs, tmp_path, monkeypatch, a, context=None):

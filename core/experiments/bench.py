@@ -139,11 +139,11 @@ def summary_row(cat, method, a, ar) -> dict:
             **{f"accept_{o}": round(a[f"accept_{o}"], 3) for o in ORIGINS}}
 
 
-def add_predictions(summary: list, pipe, cfgs: dict, prompt_tokens: float | None = None) -> None:
+def add_predictions(summary: list, pipe, cfgs: dict, prompt_tokens: float | None = None, probe: dict | None = None) -> None:
     """predicted_speedup beside speedup_vs_ar: the cost model on this machine's cached calibration ("" without one),
-    for whole runs of the prompts' mean length."""
+    for whole runs of the prompts' mean length, anchored to probe (calibrate.probe, taken before the runs) if given."""
     from core.calibration import prediction
-    predicted = {m: prediction(pipe, c, prompt_tokens)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
+    predicted = {m: prediction(pipe, c, prompt_tokens, probe)["predicted_speedup"] for m, c in cfgs.items() if m != "ar"}
     for row in summary:
         row["predicted_speedup"] = predicted.get(row["method"]) or row["predicted_speedup"]
 
@@ -165,6 +165,19 @@ def write_csv(path: Path, cols, rows) -> None:
     write_atomic(path, write)
 
 
+def anchor_probe(pipe) -> dict | None:
+    """calibrate.probe where this machine has a calibration for pipe (None else): the predictions read at the runs'
+    moment (docs/cost.md: on a VM whose phase drifts between processes, 11 of 12 within ±10% against 9 of 12)."""
+    import torch
+
+    from core.calibration import cached
+    from core.experiments.calibrate import probe
+    if pipe.drafter is None or not cached(pipe)[0]:
+        return None
+    with torch.no_grad():
+        return probe(pipe)
+
+
 def run_bench(args) -> list:
     from tqdm import tqdm
     methods = methods_of(args.methods)
@@ -181,6 +194,7 @@ def run_bench(args) -> list:
     cfgs = resolved(pipe, cfgs)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
         list(pipe.run(prompts[0].text, replace(cfgs[m], max_new_tokens=4)))
+    now = anchor_probe(pipe)
     steps_path = out / "steps.csv"
     step_rows = _read_steps(steps_path)
     with (out / "runs.jsonl").open("a") as runs:
@@ -199,7 +213,7 @@ def run_bench(args) -> list:
                 step_rows += srows
             write_csv(steps_path, STEP_COLS, step_rows)
     summary = summarize_rows(list(done.values()))
-    add_predictions(summary, pipe, cfgs, sum(len(pipe.prompt_ids(p.text)) for p in prompts) / max(len(prompts), 1))
+    add_predictions(summary, pipe, cfgs, sum(len(pipe.prompt_ids(p.text)) for p in prompts) / max(len(prompts), 1), now)
     write_csv(out / "summary.csv", SUMMARY_COLS, summary)
     return summary
 
