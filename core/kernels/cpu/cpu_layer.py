@@ -116,8 +116,8 @@ def lib():
 
 def prefetch_setting(var: str = "SPECLENS_Q8_PREFETCH") -> int:
     """q8_mm's prefetch in bytes (0: none; unset or 'auto': -1, by the CPU, gguf_q8.c): SPECLENS_Q8_PREFETCH, the burst
-    past each output group's blocks before its dot products (2048 on Intel, none on AMD); SPECLENS_Q8_STREAM, how far
-    ahead the dot products prefetch as they go (2048 on AMD, none elsewhere). Only the timing changes, never a product."""
+    past each output group's blocks before its dot products (none by default); SPECLENS_Q8_STREAM, how far ahead the dot
+    products prefetch as they go (2048 by default). Only the timing changes, never a product."""
     raw = os.environ.get(var, "auto").strip().lower()
     if raw in ("", "auto"):
         return -1

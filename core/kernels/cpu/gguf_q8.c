@@ -136,11 +136,14 @@ int q8_isa(void) {
             __builtin_cpu_supports("avx512bw") ? 4 : 0);
 }
 
-/* the blocks PF bytes past an output row's, as many as the row holds: one Intel core alone keeps too few misses in
- * flight to stream them at the memory's rate (as codes_mm); on AMD Zen 4 the burst halves the 1-row rate (38 against
- * 59-81 ms for the 1.5B's products, 2026-12-04), so there none: q8_prefetch_bytes() */
-#define PF 2048
-static int pf_bytes = -1;  /* -1: by this CPU's vendor; set by q8_set_prefetch */
+/* the blocks PF bytes past an output group's, as many as the group holds, in one burst before its dot products: off by
+ * default on every CPU (q8_prefetch_bytes()), since the burst stalls the core on its own misses instead of computing
+ * while they arrive. On AMD Zen 4 it halved the 1-row rate (38 against 59-81 ms for the 1.5B's products, 2026-12-04);
+ * on an Intel Xeon (AMX class) the stream below beat it at every row count (the 1.5B's layers 3, 17 and its head, avx512,
+ * 1 / 9 / 16 rows: 8.8 / 16.9 / 25.8 ms with the stream against 10.2 / 21.5 / 30.7 with the burst, 2026-12-05).
+ * SPECLENS_Q8_PREFETCH=N sets it. */
+#define PF 0
+static int pf_bytes = -1;  /* -1: the default; set by q8_set_prefetch */
 
 /* *setting where set (>= 0), else on_amd on AMD CPUs and elsewhere otherwise */
 static int by_vendor(int *setting, int on_amd, int elsewhere) {
@@ -153,18 +156,18 @@ static int by_vendor(int *setting, int on_amd, int elsewhere) {
 
 void q8_set_prefetch(int bytes) { pf_bytes = bytes; }
 
-int q8_prefetch_bytes(void) { return by_vendor(&pf_bytes, 0, PF); }
+int q8_prefetch_bytes(void) { return pf_bytes < 0 ? PF : pf_bytes; }
 
-/* the dot products prefetch their blocks STREAM bytes ahead as they go (the next group's where a group ends): on AMD
- * Zen 4 the hardware prefetcher alone left the 1.5B's 1-row products at ~0.85 of the streaming rate (37.6-41.9 ms a
- * pass against 35.4-37.3 with it) and its paired 9-row verify at 113 ms against 87 (2026-12-04); elsewhere none (the
- * Intel Xeon keeps PF's burst, not measured with this). q8_stream_bytes() */
+/* the dot products prefetch their blocks STREAM bytes ahead as they go (the next group's where a group ends), on every
+ * CPU: on AMD Zen 4 the hardware prefetcher alone left the 1.5B's 1-row products at ~0.85 of the streaming rate (37.6-41.9
+ * ms a pass against 35.4-37.3 with it) and its paired 9-row verify at 113 ms against 87 (2026-12-04); on an Intel Xeon
+ * 2048 bytes beat 512, 1024, 4096 and 8192 at 1 and 9 rows, avx512 and avx2 (2026-12-05). q8_stream_bytes() */
 #define STREAM 2048
-static int stream_bytes = -1;  /* -1: by this CPU's vendor; set by q8_set_stream */
+static int stream_bytes = -1;  /* -1: the default; set by q8_set_stream */
 
 void q8_set_stream(int bytes) { stream_bytes = bytes; }
 
-int q8_stream_bytes(void) { return by_vendor(&stream_bytes, STREAM, 0); }
+int q8_stream_bytes(void) { return stream_bytes < 0 ? STREAM : stream_bytes; }
 
 /* AVX512-VNNI pairs two interleaved groups in zmm in calls of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
  * ops in two halves) the pairing's inserts cost more than they save below 6 rows (the 1.5B's matrices at 1 row: 8.2
