@@ -145,15 +145,6 @@ int q8_isa(void) {
 #define PF 0
 static int pf_bytes = -1;  /* -1: the default; set by q8_set_prefetch */
 
-/* *setting where set (>= 0), else on_amd on AMD CPUs and elsewhere otherwise */
-static int by_vendor(int *setting, int on_amd, int elsewhere) {
-    if (*setting < 0) {
-        __builtin_cpu_init();
-        *setting = __builtin_cpu_is("amd") ? on_amd : elsewhere;
-    }
-    return *setting;
-}
-
 void q8_set_prefetch(int bytes) { pf_bytes = bytes; }
 
 int q8_prefetch_bytes(void) { return pf_bytes < 0 ? PF : pf_bytes; }
@@ -168,6 +159,15 @@ static int stream_bytes = -1;  /* -1: the default; set by q8_set_stream */
 void q8_set_stream(int bytes) { stream_bytes = bytes; }
 
 int q8_stream_bytes(void) { return stream_bytes < 0 ? STREAM : stream_bytes; }
+
+/* *setting where set (>= 0), else on_amd on AMD CPUs and elsewhere otherwise */
+static int by_vendor(int *setting, int on_amd, int elsewhere) {
+    if (*setting < 0) {
+        __builtin_cpu_init();
+        *setting = __builtin_cpu_is("amd") ? on_amd : elsewhere;
+    }
+    return *setting;
+}
 
 /* AVX512-VNNI pairs two interleaved groups in zmm in calls of at least q8_pair_rows() rows: on AMD Zen 4 (512-bit
  * ops in two halves) the pairing's inserts cost more than they save below 6 rows (the 1.5B's matrices at 1 row: 8.2
