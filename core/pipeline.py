@@ -20,7 +20,7 @@ from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, lo
 from core.paths import ASSETS
 from core.runtime.config import FastConfig
 from core.runtime.fast import make_runner
-from core.runtime.weights import codes_math
+from core.runtime.weights import codes_math, has_blocks
 
 _LOADED = {}
 _LOAD_LOCK = threading.Lock()
@@ -56,9 +56,14 @@ def runtime_note(runner) -> str:
 
 
 def draft_note(drafter) -> str:
-    """'; draft weights int4' where a draft model runs on quantized weights, else ''."""
-    weights = getattr(getattr(getattr(drafter, "runner", None), "fast_cfg", None), "weights", "model")
-    return f"; draft weights {weights}" if weights != "model" else ""
+    """'; draft weights int4' where a draft model runs on quantized weights, '; draft on its GGUF codes (...)' where
+    it multiplies by its own blocks, else ''."""
+    runner = getattr(drafter, "runner", None)
+    weights = getattr(getattr(runner, "fast_cfg", None), "weights", "model")
+    if weights != "model":
+        return f"; draft weights {weights}"
+    variant = getattr(runner, "codes_variant", "") if getattr(runner, "on_codes", False) else ""
+    return f"; draft on its GGUF codes ({variant})" if variant else ""
 
 
 def head_dir(model_id) -> Path:
@@ -108,20 +113,32 @@ def target_config(model_id, draft, dtype, device="cpu") -> tuple:
     return (fc if math in ("", rule) else replace(fc, codes_math=math)), note
 
 
-def draft_weights_of(draft_weights: str, dtype) -> str:
-    """auto -> int4 for a bf16 draft model (measured: docs/qwen.md), else the model's own weights."""
+def draft_weights_of(draft_weights: str, dtype, on_blocks: bool = False) -> str:
+    """auto -> the model's own weights for a draft converted from a GGUF whose blocks q8_mm multiplies here
+    (`on_blocks`: see draft_config), int4 for another bf16 draft model (measured: docs/qwen.md), else the model's own."""
     if draft_weights not in DRAFT_WEIGHTS:
         raise SpecError(f"unknown draft weights {draft_weights!r}: use {', '.join(DRAFT_WEIGHTS)}")
     if draft_weights == "auto":
-        return "int4" if dtype == torch.bfloat16 else "model"
+        return "int4" if dtype == torch.bfloat16 and not on_blocks else "model"
     return draft_weights
 
 
+def draft_config(draft_model, draft_weights: str = "auto") -> FastConfig:
+    """A draft model's FastConfig. Its own weights, where it was converted from a GGUF and q8_mm runs here, are its
+    GGUF blocks with int8 activations, every layer in one C call (SPECLENS_GGUF_MATH, where set, chooses instead):
+    Qwen2.5-Coder-0.5B's pass of 1 / 4 rows 12.6 / 16.7 ms against 14.5 / 20.7 on int4 (AVX-512 cap, 2 threads,
+    docs/runtime.md). int8 / int4 quantize the layers from the model's weights."""
+    on_blocks = has_blocks(draft_model)
+    weights = draft_weights_of(draft_weights, draft_model.dtype, on_blocks)
+    if weights == "model" and on_blocks and FastConfig().codes_math == "auto":
+        return FastConfig(codes_math="int8")
+    return FastConfig(weights=weights)
+
+
 def model_drafter(draft_model, tokenizer, name, runtime="auto", draft_weights="auto"):
-    """A ModelDrafter on a separate draft model, its layer weights quantized as draft_weights says (the draft
-    only proposes: the target's verification keeps the output exact whatever the draft's weights)."""
-    weights = draft_weights_of(draft_weights, draft_model.dtype)
-    return ModelDrafter(make_runner(draft_model, tokenizer, runtime, FastConfig(weights=weights)), name)
+    """A ModelDrafter on a separate draft model, on the weights draft_config picks (the draft only proposes: the
+    target's verification keeps the output exact whatever the draft's weights)."""
+    return ModelDrafter(make_runner(draft_model, tokenizer, runtime, draft_config(draft_model, draft_weights)), name)
 
 
 def load_fr_ranks(model_id, vocab_size):

@@ -92,7 +92,7 @@ def test_the_chosen_arithmetic_is_what_the_target_multiplies_in(cache, tmp_path)
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.bfloat16)
     runner = FastRunner(target, None, target_config(MODEL, DRAFT, torch.bfloat16)[0])
     assert arithmetic.pipeline_math(SimpleNamespace(target=runner)) == other
-    int8 = any(gguf_q8.is_label(v) for v in runner.codes_variant.split(" + "))
+    int8 = all(gguf_q8.is_label(v) for v in runner.codes_variant.split(" + "))
     assert int8 == (other == "int8") or isa.codes_variant() == "none"
 
 

@@ -71,11 +71,12 @@ def test_a_model_with_measured_draft_defaults_gets_them_unless_options_are_given
     assert (default.shape, default.depth, default.gamma) == (SpecConfig.shape, SpecConfig.depth, SpecConfig.gamma)
 
 
-def test_draft_weights_auto_quantizes_only_a_bf16_draft_model():
+def test_draft_weights_auto_quantizes_only_a_bf16_draft_model_without_gguf_blocks():
     import torch
     from core.errors import SpecError
     from core.pipeline import draft_weights_of
     assert draft_weights_of("auto", torch.bfloat16) == "int4"
+    assert draft_weights_of("auto", torch.bfloat16, on_blocks=True) == "model"
     assert draft_weights_of("auto", torch.float32) == "model"
     assert draft_weights_of("int8", torch.float32) == "int8"
     with pytest.raises(SpecError, match="int2"):

@@ -222,14 +222,14 @@ def test_an_unknown_products_setting_is_refused_by_name(monkeypatch):
 
 
 @pytest.mark.parametrize("cap", isa.ORDER)
-def test_auto_runs_the_bf16_codes_on_amx_and_int8_blocks_elsewhere(monkeypatch, cap):
+def test_auto_runs_a_bf16_model_on_its_int8_blocks_wherever_they_run_amx_included(monkeypatch, cap):
     from core.runtime.config import FastConfig
     from core.runtime.weights import codes_math
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "auto")
     monkeypatch.setenv(isa.ENV, cap)
     variant, int8 = isa.codes_variant(), "int8" if q8.available() else ""
     bf16, fp32 = codes_math(FastConfig(), torch.bfloat16), codes_math(FastConfig(), torch.float32)
-    expected = {"amx": ("bf16", ""), "avx512": (int8, ""), "avx2": (int8, int8), "none": ("", "")}[variant]
+    expected = {"amx": (int8, ""), "avx512": (int8, ""), "avx2": (int8, int8), "none": ("", "")}[variant]
     assert (bf16, fp32) == expected
 
 
@@ -270,6 +270,29 @@ def test_the_one_call_switch_keeps_the_per_kernel_path(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_ONE_CALL", "0")
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
     assert FastRunner(target).one_call is None
+
+
+@needs_q8
+def test_a_draft_model_from_a_gguf_drafts_on_its_own_blocks_in_one_call_and_keeps_greedy_exact(tmp_path, monkeypatch):
+    from core.config import SpecConfig
+    from core.decoding.engine import generate
+    from core.decoding.heads import build_head
+    from core.pipeline import draft_config, model_drafter
+    from core.runtime.fast import FastRunner
+    from core.trace.stats import compare_to_ar
+    monkeypatch.delenv("SPECLENS_GGUF_MATH", raising=False)
+    target, plain_draft = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed)
+    assert draft_config(plain_draft).weights == "int4" and draft_config(target, "int4").weights == "int4"
+    assert (draft_config(target).weights, draft_config(target).codes_math) == ("model", "int8")
+    drafter = model_drafter(target, None, "tiny", "fast")
+    if not drafter.runner.kernels:
+        pytest.skip(f"no fused kernels here: {drafter.runner.kernels_reason}")
+    assert drafter.runner.one_call is not None and all(on_codes(drafter.runner))
+    prompt = torch.randint(0, 304, (40,), generator=torch.Generator().manual_seed(8)).tolist()
+    ar = list(generate(FastRunner(target), None, None, prompt, SpecConfig(method="ar", max_new_tokens=40)))
+    cfg = SpecConfig(method="nanospec", max_new_tokens=40, w_max=64, shape="tree", depth=4, top_k=2, tree_size=8)
+    spec = list(generate(FastRunner(target), drafter, build_head("nanospec", drafter.head_weight, cfg), prompt, cfg))
+    assert compare_to_ar(spec, ar)["identical"]
 
 
 @needs_q8

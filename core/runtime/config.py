@@ -12,8 +12,9 @@ class FastConfig:
     kernels: bool = True         # fused C kernels between the GEMMs (core/kernels/cpu/cpu_layer.c) where they build
     weights: str = "model"       # layer GEMM weights: model (its dtype) | int8 | int4 (a draft model's; see QUANTS)
     codes: bool = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_CODES", "1") != "0")
-    # a GGUF model's products: auto (bf16 where AMX / AVX512-BF16 run them, else int8) | bf16 (the model's own bf16
-    # weights rebuilt from the codes, gguf_codes.py) | int8 (llama.cpp's int8 activations on the raw blocks, gguf_q8.py)
+    # a GGUF model's products: auto (int8 for a bf16 model wherever they run: weights.codes_math) | bf16 (the model's own
+    # bf16 weights rebuilt from the Q4_K / Q6_K codes, gguf_codes.py; other types on their int8 blocks) | int8 (llama.cpp's
+    # int8 activations on the raw blocks, gguf_q8.py)
     codes_math: str = field(default_factory=lambda: os.environ.get("SPECLENS_GGUF_MATH", "auto").strip().lower())
     # every layer of a pass in one C call where all matrices are int8 blocks (cpu_layer.Q8Layers; same floats)
     one_call: bool = field(default_factory=lambda: os.environ.get("SPECLENS_ONE_CALL", "1") != "0")

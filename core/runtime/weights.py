@@ -265,18 +265,18 @@ CODES_MATH = ("auto", "bf16", "int8")
 
 
 def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
-    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: bf16 codes on AMX
-    (isa.codes_variant) for a bf16 model (their verify rows cost next to nothing; the matrices of other types on their
-    int8 blocks: `auto_int8_rest`); int8 where AVX2 is the best codes variant, and for a bf16 model on AVX512-BF16
-    without AMX, where q8_mm's VNNI products are faster than the bf16 codes at 1 and at 9 rows (docs/runtime.md); an
-    fp32 model on AMX / AVX512-BF16 keeps its fp32 products. Where both arithmetics have been calibrated for a model
-    pair, Pipeline.load sets the faster one instead of this rule (core/arithmetic.py)."""
+    """Which GGUF products run for a model of `dtype` ('bf16', 'int8' or '' for none here). auto: the int8 blocks for a
+    bf16 model wherever q8_mm runs, AMX included (the 1.5B's plain decoding on an AMX Xeon: 19.0 tok/s on them against
+    11.1 on its bf16 codes, whose NanoSpec ran 17.8: docs/runtime.md), and for an fp32 model where AVX2 is the best
+    codes variant; an fp32 model on AMX / AVX512-BF16 keeps its fp32 products. bf16: the bf16 codes (isa.codes_variant),
+    the matrices of other types on their int8 blocks (`auto_int8_rest`). Where both arithmetics have been calibrated for
+    a model pair, Pipeline.load sets the faster one instead of this rule (core/arithmetic.py)."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
     variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16
-    if fc.codes_math == "bf16" or (fc.codes_math == "auto" and variant == "amx"):
+    if fc.codes_math == "bf16":
         return "bf16" if variant != "none" and bf16 else ""
-    auto_int8 = variant == "avx2" or (variant == "avx512" and bf16)
+    auto_int8 = variant == "avx2" or (variant in ("avx512", "amx") and bf16)
     return "int8" if gguf_q8.available() and (fc.codes_math == "int8" or auto_int8) else ""
 
 
@@ -307,11 +307,16 @@ def codes_of(model, a: Arch, fc: FastConfig) -> dict:
     return {}
 
 
+def has_blocks(model) -> bool:
+    """Whether a model was converted from a GGUF whose blocks q8_mm multiplies here (core.models.load_model)."""
+    return bool(getattr(model, "speclens_gguf", None)) and gguf_q8.available()
+
+
 def auto_int8_rest(fc: FastConfig) -> bool:
-    """Whether auto multiplies the matrices that have no bf16 codes (Q4_1, Q5_0, Q8_0, ...: all of SmolLM2's) by their
-    int8 blocks beside the bf16 codes, rather than by the layout's copy of the weights: 1.9x on SmolLM2's decode on an
-    AMX Xeon (docs/runtime.md)."""
-    return fc.codes_math == "auto" and gguf_q8.available()
+    """Whether the matrices that have no bf16 codes (Q4_1, Q5_0, Q8_0, ...: all of SmolLM2's) multiply by their int8
+    blocks beside the bf16 codes, rather than by the layout's copy of the weights: 1.9x on SmolLM2's decode on an AMX
+    Xeon (docs/runtime.md)."""
+    return fc.codes_math in ("auto", "bf16") and gguf_q8.available()
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:

@@ -26,7 +26,7 @@ from core.errors import SpecError
 
 SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c",
                                                  "lowrank_mm.c")]
-HEADERS = [Path(__file__).with_name("gguf_q8_dot.h")]  # included by gguf_q8.c: part of the build's key
+HEADERS = [Path(__file__).with_name(f) for f in ("gguf_q8_dot.h", "gguf_q8_amx.h")]  # included by gguf_q8.c: the key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {

@@ -20,7 +20,7 @@ enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 #define RB 16  /* most rows per pass over one output's blocks (a verify's tree + 1 fits one pass) */
 #define OB 8   /* outputs per scheduling unit, and per interleaved group (X8) */
 /* an interleaved group's bytes per 32 inputs (Q4_K / Q6_K: an eighth of a superblock's) */
-#define X8_BYTES(type) ((type) == Q8_0 ? 272 : (type) == Q4_1 ? 160 : (type) == Q4_K ? 148 : (type) == Q6_K ? 210 : 144)
+#define X8_BYTES(type) ((type) == Q8_0 ? 272 : (type) == Q5_0 ? 176 : (type) == Q4_1 ? 160 : (type) == Q4_K ? 148 : (type) == Q6_K ? 210 : 144)
 
 typedef struct {
     int k;
@@ -125,15 +125,28 @@ static inline void ahead(const uint8_t *p, int64_t len, int pf) {  /* the builti
 #define U8_SAFE
 #include "gguf_q8_dot.h"
 
-enum { V_AVX2 = 0, V_AVXVNNI = 1, V_AVX512 = 2 };  /* q8_mm's variants; q8_isa's bit (1 << v) says one runs here */
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
+#include "gguf_q8_amx.h"
+#else
+#define AMX_HERE() 0
+#define AMX_ROWS (RB + 1)
+static void dot16_amx(int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n,
+                      int *tiles) {
+    (void)tiles;
+    dot16_avx512(type, R, g0, g1, a, r0, y, n);
+}
+static void amx_release(int tiles) { (void)tiles; }
+#endif
+
+enum { V_AVX2 = 0, V_AVXVNNI = 1, V_AVX512 = 2, V_AMX = 3 };  /* q8_mm's variants; q8_isa's bit (1 << v): runs here */
 
 int q8_isa(void) {
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
         return 0;
-    return 1 | (AVXVNNI_HERE() ? 2 : 0) |
-           (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512bw") ? 4 : 0);
+    int avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512bw");
+    return 1 | (AVXVNNI_HERE() ? 2 : 0) | (avx512 ? 4 : 0) | (avx512 && AMX_HERE() ? 8 : 0);
 }
 
 /* the blocks PF bytes past an output group's, as many as the group holds, in one burst before its dot products: off by
@@ -179,13 +192,13 @@ void q8_set_pair_rows(int rows) { pair_rows = rows; }
 int q8_pair_rows(void) { return by_vendor(&pair_rows, 6, 1); }
 
 static void dot(int variant, int type, int R, const uint8_t *w, const Act *a, int r0, float *y, int n) {
-    if (variant == V_AVX512) dot_avx512(type, R, w, a, r0, y, n);
+    if (variant >= V_AVX512) dot_avx512(type, R, w, a, r0, y, n);
     else if (variant == V_AVXVNNI) dot_avxvnni(type, R, w, a, r0, y, n);
     else dot_avx2(type, R, w, a, r0, y, n);
 }
 
 static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, int r0, float *y, int n) {
-    if (variant == V_AVX512) dot8_avx512(type, R, g, a, r0, y, n);
+    if (variant >= V_AVX512) dot8_avx512(type, R, g, a, r0, y, n);
     else if (variant == V_AVXVNNI) dot8_avxvnni(type, R, g, a, r0, y, n);
     else dot8_avx2(type, R, g, a, r0, y, n);
 }
@@ -193,8 +206,16 @@ static void dot8(int variant, int type, int R, const uint8_t *g, const Act *a, i
 /* whether interleaved groups g (even) and g + 1 of an n-output matrix go through zmm together (AVX512-VNNI, both
  * whole and interleaved, one type) */
 static int paired(int variant, const int64_t *x8_off, const uint8_t *types, int g, int n, int wide) {
-    return variant == V_AVX512 && wide && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
+    return variant >= V_AVX512 && wide && x8_off && (g + 2) * OB <= n && x8_off[g] >= 0 && x8_off[g + 1] >= 0 &&
            types[g * OB] == types[(g + 1) * OB];
+}
+
+/* two groups' dot products with R rows: AMX-INT8 tiles for the K types from AMX_ROWS rows on, else zmm VNNI (the same
+ * integer sums, scaled in the same order: the same floats) */
+static void dot16(int variant, int type, int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y,
+                  int n, int *tiles) {
+    if (variant == V_AMX && R >= AMX_ROWS && (type == Q4_K || type == Q6_K)) dot16_amx(type, R, g0, g1, a, r0, y, n, tiles);
+    else dot16_avx512(type, R, g0, g1, a, r0, y, n);
 }
 
 /* x [m, k] fp32; types [n] (ggml ids), off [n] byte offsets of each output row's blocks in raw; y [m, n] fp32;
@@ -212,6 +233,7 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
     }
     #pragma omp parallel num_threads(threads)
     {
+        int tiles = 0;  /* the AMX tile rows this thread configured (dot16_amx) */
         #pragma omp for schedule(static)
         for (int i = 0; i < m; i++) quant_row(x + (size_t)i * k, &a, i);
         #pragma omp for schedule(static)
@@ -225,7 +247,8 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
                 ahead(x8 + gx, gbytes, pf);
                 ahead(x8 + g1, gbytes, pf);
                 for (int r0 = 0; r0 < m; r0 += per_pass)
-                    dot16_avx512(types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n);
+                    dot16(variant, types[o0], r0 + per_pass < m ? per_pass : m - r0, x8 + gx, x8 + g1, &a, r0, y + o0, n,
+                          &tiles);
                 continue;
             }
             if (gx >= 0) {
@@ -240,6 +263,7 @@ void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *type
                     dot(variant, types[o], r0 + per_pass < m ? per_pass : m - r0, raw + off[o], &a, r0, y + o, n);
                 }
         }
+        amx_release(tiles);
     }
     free(a.q256), free(a.d256), free(a.bs16), free(a.q32), free(a.d32), free(a.s32);
 }

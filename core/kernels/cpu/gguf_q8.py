@@ -23,7 +23,7 @@ TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
 X8 = 8  # outputs per interleaved group (OB in gguf_q8.c)
-X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q8_0": 272,  # the interleaved types: bytes per 32 inputs of a group (X8_BYTES)
+X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q5_0": 176, "Q8_0": 272,  # the interleaved types: bytes per 32 inputs of a group (X8_BYTES)
             "Q4_K": 148, "Q6_K": 210}
 
 
@@ -126,16 +126,24 @@ def interleaved(spans: list, rows: list, n: int, k: int) -> tuple:
 
 def pack_x8(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     """Rows [G·X8, bytes] of one 32-input type -> [G, blocks · X8_KINDS[kind]]: per group and block, the X8 outputs'
-    codes interleaved in 4-code groups (lane j = output j: gguf_q8_dot.h's dot_x8), then their d (fp16), then Q4_1's m."""
+    codes interleaved in 4-code groups (lane j = output j: gguf_q8_dot.h's dot_x8; Q5_0: their low 4 bits, then a
+    vector of the fifth bits, bit t of byte 4j + c that of group t's input c), then their d (fp16), then Q4_1's m."""
     nb, bs = k // 32, BLOCK[kind][1]
     b = rows.reshape(-1, X8, nb, bs)  # [G, X8, blocks, bytes]
     if kind == "Q8_0":
         u = (b[..., 2:34].view(np.int8).astype(np.int16) + 128).astype(np.uint8)  # [G, X8, nb, 32]
     else:
-        qs = b[..., 4:20] if kind == "Q4_1" else b[..., 2:18]
+        qs = b[..., {"Q4_1": slice(4, 20), "Q5_0": slice(6, 22)}.get(kind, slice(2, 18))]
         u = np.concatenate([qs & 0x0F, qs >> 4], -1)  # ggml: input j < 16 in byte j's low nibble, j + 16 in its high
+    if kind == "Q5_0":  # ggml: input j's fifth bit is bit j of the little-endian qh
+        qh = np.ascontiguousarray(b[..., 2:6]).view("<u4")
+        u = u | (((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.uint8)
     u = u.reshape(*u.shape[:3], 8, 4).transpose(0, 2, 3, 1, 4)  # [G, nb, t, X8, 4]: t = the 4-input group
-    codes = u if kind == "Q8_0" else u[:, :, :4] | (u[:, :, 4:] << 4)
+    lo = u & 0x0F
+    codes = u if kind == "Q8_0" else lo[:, :, :4] | (lo[:, :, 4:] << 4)
+    if kind == "Q5_0":
+        fifth = sum((u[:, :, t] >> 4) << t for t in range(8)).astype(np.uint8)  # [G, nb, X8, 4]
+        codes = np.concatenate([codes.reshape(*codes.shape[:2], -1), fifth.reshape(*fifth.shape[:2], -1)], -1)
     scales = [b[..., 0:2]] + ([b[..., 2:4]] if kind == "Q4_1" else [])  # fp16 d (m): [G, X8, nb, 2]
     parts = [codes.reshape(*codes.shape[:2], -1)] + [sc.transpose(0, 2, 1, 3).reshape(*sc.shape[:1], nb, -1)
                                                      for sc in scales]

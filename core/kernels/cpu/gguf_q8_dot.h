@@ -190,9 +190,10 @@ INL void N(dot_b32)(const int R, int type, const uint8_t *w, const Act *a, int r
     for (int i = r0; i < r0 + R; i++) y[(size_t)i * n] = N(hsum)(_mm256_add_ps(acc[i - r0][0], acc[i - r0][1])) + acc_off[i - r0];
 }
 
-/* X8: 8 outputs of a Q4_0 / Q4_1 / Q8_0 matrix interleaved per block (gguf_q8.py: pack_x8), lane j = output j.
- * Per block: codes u (Q4: two per byte, vector j's low nibbles the 4-code group t = j, high ones t = j + 4; Q8_0:
- * u = q + 128, one vector per t), then the 8 outputs' d (fp16), then Q4_1's 8 m (fp16). Per row and block:
+/* X8: 8 outputs of a Q4_0 / Q4_1 / Q5_0 / Q8_0 matrix interleaved per block (gguf_q8.py: pack_x8), lane j = output j.
+ * Per block: codes u (Q4, Q5_0's low 4 bits: two per byte, vector j's low nibbles the 4-code group t = j, high ones
+ * t = j + 4; Q5_0: then one vector of the fifth bits, bit t of byte b that of group t's code b; Q8_0: u = q + 128, one
+ * vector per t), then the 8 outputs' d (fp16), then Q4_1's 8 m (fp16). Per row and block:
  *   s = Σ_t u_t · x[4t .. 4t+3] (one broadcast input group, 8 outputs at once) − off · Σx      (exact integers)
  *   acc += s · (d · dx)       Q4_1: accm += m · (dx · Σx)      y = acc + accm
  * so the scales cost one vector per 8 outputs. Q8_0's u reach 255, past what vpmaddubsw's pairs hold: without VNNI
@@ -241,6 +242,12 @@ INL void N(nibble_groups)(const uint8_t *p, __m256i w[8]) { /* 4 vectors -> 8 gr
         __m256i b = _mm256_loadu_si256((const __m256i *)(p + 32 * v));
         w[v] = _mm256_and_si256(b, m4), w[v + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
     }
+}
+
+INL void N(fifth_bits)(const uint8_t *p, __m256i w[8]) { /* Q5_0: bit t of each byte of p -> 0x10 of w[t]'s byte */
+    const __m256i b4 = _mm256_set1_epi8(0x10), h = _mm256_loadu_si256((const __m256i *)p);
+    for (int t = 0; t < 4; t++) w[t] = _mm256_or_si256(w[t], _mm256_and_si256(_mm256_slli_epi16(h, 4 - t), b4));
+    for (int t = 4; t < 8; t++) w[t] = _mm256_or_si256(w[t], _mm256_and_si256(_mm256_srli_epi16(h, t - 4), b4));
 }
 
 INL void N(store_rows)(const int R, const __m256 *acc, int r0, float *y, int n) {
@@ -333,7 +340,7 @@ INL void N(dot_x8_q6k)(const int R, const uint8_t *g, const Act *a, int r0, floa
 }
 
 INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0, float *y, int n) {
-    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
+    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : type == Q5_0 ? 16 : 0;
     __m256 acc[RB], accm[RB];
     for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -344,8 +351,9 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
             for (int t = 0; t < 8; t++) w[t] = _mm256_loadu_si256((const __m256i *)(p + 32 * t));
         } else {
             N(nibble_groups)(p, w);
+            if (type == Q5_0) N(fifth_bits)(p + 128, w);
         }
-        const uint8_t *sc = p + (type == Q8_0 ? 256 : 128);
+        const uint8_t *sc = p + (type == Q8_0 ? 256 : type == Q5_0 ? 160 : 128);
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc));
         __m256 m = type == Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16))) : _mm256_setzero_ps();
         for (int i = r0; i < r0 + R; i++) {
@@ -359,7 +367,8 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
                     s = _mm256_add_epi32(s, DPU8(w[t], _mm256_set1_epi32(x4)));
                 }
             } else {
-                s = N(dot4s)(w, xq, 8, 8);  /* u ≤ 15: 8 groups' pairs ≤ 30480 in i16 */
+                s = type == Q5_0 ? N(dot4s)(w, xq, 8, 4)   /* u ≤ 31: 4 groups' pairs ≤ 31496 in i16 */
+                                 : N(dot4s)(w, xq, 8, 8);  /* u ≤ 15: 8 groups' pairs ≤ 30480 in i16 */
             }
             if (off) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * a->s32[at]));
             float dx = a->d32[at];
@@ -401,8 +410,14 @@ INL void N(nibble_groups16)(const uint8_t *g0, const uint8_t *g1, int at, __m512
     }
 }
 
+INL void N(fifth_bits16)(const uint8_t *g0, const uint8_t *g1, int at, __m512i w[8]) {  /* fifth_bits, two groups */
+    const __m512i b4 = _mm512_set1_epi8(0x10), h = N(pair)(g0, g1, at);
+    for (int t = 0; t < 4; t++) w[t] = _mm512_or_si512(w[t], _mm512_and_si512(_mm512_slli_epi16(h, 4 - t), b4));
+    for (int t = 4; t < 8; t++) w[t] = _mm512_or_si512(w[t], _mm512_and_si512(_mm512_srli_epi16(h, t - 4), b4));
+}
+
 INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
-    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : 0;
+    int k = a->k, nb = k / 32, gb = X8_BYTES(type), off = type == Q8_0 ? 128 : type == Q4_0 ? 8 : type == Q5_0 ? 16 : 0;
     __m512 acc[RB], accm[RB];
     for (int i = 0; i < R; i++) acc[i] = accm[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -413,8 +428,9 @@ INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1,
             for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
         } else {
             N(nibble_groups16)(g0, g1, at, w);
+            if (type == Q5_0) N(fifth_bits16)(g0, g1, at + 128, w);
         }
-        int sc = at + (type == Q8_0 ? 256 : 128);
+        int sc = at + (type == Q8_0 ? 256 : type == Q5_0 ? 160 : 128);
         __m512 d = N(pair_ph)(g0, g1, sc);
         __m512 m = type == Q4_1 ? N(pair_ph)(g0, g1, sc + 16) : _mm512_setzero_ps();
         for (int i = r0; i < r0 + R; i++) {
@@ -514,6 +530,7 @@ FN static void N(dot16)(int type, int R, const uint8_t *g0, const uint8_t *g1, c
                              else if (type == Q4_K) N(dot_x16_q4k)(r, g0, g1, a, r0, y, n); \
                              else if (type == Q6_K) N(dot_x16_q6k)(r, g0, g1, a, r0, y, n); \
                              else if (type == Q4_1) N(dot_x16)(r, Q4_1, g0, g1, a, r0, y, n); \
+                             else if (type == Q5_0) N(dot_x16)(r, Q5_0, g0, g1, a, r0, y, n); \
                              else N(dot_x16)(r, Q4_0, g0, g1, a, r0, y, n); } break;
     switch (R) { D16(1) D16(2) D16(3) D16(4) D16(5) D16(6) D16(7) D16(8) D16(9) D16(10) D16(11) D16(12) D16(13) D16(14) D16(15) D16(16) }
     #undef D16
@@ -526,6 +543,7 @@ FN static void N(dot8)(int type, int R, const uint8_t *g, const Act *a, int r0, 
                             else if (type == Q4_K) N(dot_x8_q4k)(r, g, a, r0, y, n); \
                             else if (type == Q6_K) N(dot_x8_q6k)(r, g, a, r0, y, n); \
                             else if (type == Q4_1) N(dot_x8)(r, Q4_1, g, a, r0, y, n); \
+                            else if (type == Q5_0) N(dot_x8)(r, Q5_0, g, a, r0, y, n); \
                             else N(dot_x8)(r, Q4_0, g, a, r0, y, n); } break;
     switch (R) { D8(1) D8(2) D8(3) D8(4) D8(5) D8(6) D8(7) D8(8) D8(9) D8(10) D8(11) D8(12) D8(13) D8(14) D8(15) D8(16) }
     #undef D8

@@ -1,6 +1,7 @@
 """Which CPU kernel variant runs: the best this CPU has, capped by SPECLENS_CPU_ISA=amx|avx512|avx2|none.
 
-- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c)
+- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c); q8_mm's Q4_K / Q6_K dots of 2+ rows on AMX-INT8 tiles (the
+          AVX-512 variant's floats: gguf_q8_amx.h)
 - avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
           q8_mm's integer dots on AVX512-VNNI (`vpdpwssd` / `vpdpbusd`)
 - avxvnni q8_mm on AVX-VNNI (the same VNNI dots, VEX-encoded: Intel laptops since Alder Lake); codes as avx2
@@ -18,7 +19,8 @@ from core.kernels.cpu import cpu_layer
 
 ORDER = ("amx", "avx512", "avxvnni", "avx2", "none")  # best first
 LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}  # codes_mm's
-Q8 = {"avx512": (2, "avx512-vnni-int8"), "avxvnni": (1, "avx-vnni-int8"), "avx2": (0, "avx2-int8")}  # q8_mm's: id, label
+Q8 = {"amx": (3, "amx-int8"), "avx512": (2, "avx512-vnni-int8"), "avxvnni": (1, "avx-vnni-int8"),
+      "avx2": (0, "avx2-int8")}  # q8_mm's variants: id, label
 ENV = "SPECLENS_CPU_ISA"
 
 
