@@ -269,7 +269,7 @@ def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     bf16 model wherever q8_mm runs, AMX included (the 1.5B's plain decoding on an AMX Xeon: 19.0 tok/s on them against
     11.1 on its bf16 codes, whose NanoSpec ran 17.8: docs/runtime.md), and for an fp32 model where AVX2 is the best
     codes variant; an fp32 model on AMX / AVX512-BF16 keeps its fp32 products. bf16: the bf16 codes (isa.codes_variant),
-    the matrices of other types on their int8 blocks (`auto_int8_rest`). Where both arithmetics have been calibrated for
+    the matrices of other types on their int8 blocks (`codes_of`). Where both arithmetics have been calibrated for
     a model pair, Pipeline.load sets the faster one instead of this rule (core/arithmetic.py)."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
@@ -302,7 +302,9 @@ def codes_of(model, a: Arch, fc: FastConfig) -> dict:
     if math == "bf16":
         variant = isa.codes_variant()
         bf16 = {key: c._replace(variant=variant) for key, c in gguf_codes.model_codes(path, a.n_layers).items()}
-        rest = gguf_q8.model_raw(path, a.n_layers, a.n_heads, a.n_kv) if auto_int8_rest(fc) else {}
+        # the matrices without bf16 codes (Q4_1, Q5_0, Q8_0, ...: all of SmolLM2's) on their int8 blocks rather than on
+        # the layout's copy of the weights: 1.9x on SmolLM2's decode on an AMX Xeon (docs/runtime.md)
+        rest = gguf_q8.model_raw(path, a.n_layers, a.n_heads, a.n_kv) if gguf_q8.available() else {}
         return rest | bf16
     return {}
 
@@ -310,13 +312,6 @@ def codes_of(model, a: Arch, fc: FastConfig) -> dict:
 def has_blocks(model) -> bool:
     """Whether a model was converted from a GGUF whose blocks q8_mm multiplies here (core.models.load_model)."""
     return bool(getattr(model, "speclens_gguf", None)) and gguf_q8.available()
-
-
-def auto_int8_rest(fc: FastConfig) -> bool:
-    """Whether the matrices that have no bf16 codes (Q4_1, Q5_0, Q8_0, ...: all of SmolLM2's) multiply by their int8
-    blocks beside the bf16 codes, rather than by the layout's copy of the weights: 1.9x on SmolLM2's decode on an AMX
-    Xeon (docs/runtime.md)."""
-    return fc.codes_math in ("auto", "bf16") and gguf_q8.available()
 
 
 def quantized_layers(model, layers: list, kind: str) -> list:

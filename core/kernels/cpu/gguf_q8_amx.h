@@ -6,20 +6,13 @@
  *   C  [R, 16 i32] = A · B          = dot4s16(w, x) of every row, the same integers
  * then each row goes on exactly as in dot_x16_q4k / dot_x16_q6k (sub-block scales in i32, one fp32 scaling per
  * superblock in the same order), so the floats are the AVX-512 variant's bit for bit at any row count. */
-#include <sys/syscall.h>
-#include <unistd.h>
-
 /* rows from which the tiles replace zmm's vpdpbusd: below, decoding each chunk's codes into a B tile costs more than
  * the dots it saves (the 1.5B's whole pass, 2-core Xeon: 2 / 6 / 9 / 16 rows 52 / 64 / 77 / 104 ms on tiles against
  * 45 / 65 / 82 / 118 on zmm, 2026-12-06) */
 #define AMX_ROWS 6
 
-static int amx_here = -1;
-
-static int AMX_HERE(void) {  /* Linux hands out AMX tile state only on request */
-    if (amx_here < 0) amx_here = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-    return amx_here;
-}
+int codes_ok(void);  /* gguf_mm.c: Linux's grant of the AMX tile state to this process (0 where not built for AMX) */
+#define AMX_HERE() codes_ok()
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -75,22 +68,7 @@ FN static void dot16_amx_q4k(int R, const uint8_t *g0, const uint8_t *g1, const 
             for (int i = 0; i < R; i++)
                 is[i] = _mm512_add_epi32(is[i], _mm512_mullo_epi32(_mm512_load_si512(c[j][i]), sc));
         }
-        __m512i mp[4];
-        for (int q = 0; q < 4; q++)  /* as dot_x16_q4k */
-            mp[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(g1 + p + 1088 + 16 * q)),
-                                                          _mm_loadu_si128((const __m128i *)(g0 + p + 1088 + 16 * q))));
-        __m512 d = N(pair_ph)(g0, g1, p + 1152), dmin = N(pair_ph)(g0, g1, p + 1168);
-        for (int i = r0; i < r0 + R; i++) {
-            const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
-            __m512i mb = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) {
-                int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];
-                mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
-            }
-            __m512 dx = _mm512_set1_ps(a->d256[(size_t)i * nsb + sb]);
-            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, dx), acc[i - r0]);
-            acc[i - r0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mb), _mm512_mul_ps(dmin, dx), acc[i - r0]);
-        }
+        N(q4k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
 }
@@ -103,7 +81,7 @@ FN static void dot16_amx_q6k(int R, const uint8_t *g0, const uint8_t *g1, const 
     __m512i is[RB];
     int32_t c[8][2][RB][16] __attribute__((aligned(64)));  /* [chunk][half]: the products of the superblock's rows */
     uint8_t bt[8][2][8][64] __attribute__((aligned(64)));  /* [chunk][half][t][16 outputs × 4] */
-    const __m512i m2 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
+    const __m512i zero = _mm512_setzero_si512();
     for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
         int p = 8 * X8_BYTES(Q6_K) * sb;
@@ -113,14 +91,7 @@ FN static void dot16_amx_q6k(int R, const uint8_t *g0, const uint8_t *g1, const 
             int pc = p + 192 * ch;
             __m512i b[8];
             ahead(g0 + p + X8_BYTES(Q6_K) * ch, X8_BYTES(Q6_K), a->stream), ahead(g1 + p + X8_BYTES(Q6_K) * ch, X8_BYTES(Q6_K), a->stream);
-            N(nibble_groups16)(g0, g1, pc, b);
-            for (int h = 0; h < 2; h++) {  /* as dot_x16_q6k */
-                __m512i hv = N(pair)(g0, g1, pc + 128 + 32 * h);
-                b[4 * h + 0] = _mm512_or_si512(b[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hv, 4), m2));
-                b[4 * h + 1] = _mm512_or_si512(b[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hv, 2), m2));
-                b[4 * h + 2] = _mm512_or_si512(b[4 * h + 2], _mm512_and_si512(hv, m2));
-                b[4 * h + 3] = _mm512_or_si512(b[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hv, 2), m2));
-            }
+            N(q6k_codes16)(g0, g1, pc, b);
             for (int t = 0; t < 8; t++) {
                 _mm512_store_si512(bt[ch][0][t], t < 4 ? b[t] : zero);
                 _mm512_store_si512(bt[ch][1][t], t < 4 ? zero : b[t]);
@@ -138,9 +109,7 @@ FN static void dot16_amx_q6k(int R, const uint8_t *g0, const uint8_t *g1, const 
                 is[i] = _mm512_add_epi32(is[i], _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
             }
         }
-        __m512 d = N(pair_ph)(g0, g1, p + 1664);
-        for (int i = r0; i < r0 + R; i++)
-            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, _mm512_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
+        N(q6k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
 }

@@ -450,6 +450,51 @@ INL __m128i N(pair8)(const uint8_t *g0, const uint8_t *g1, int at) {  /* 8 bytes
     return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(g0 + at)), _mm_loadl_epi64((const __m128i *)(g1 + at)));
 }
 
+/* the end of a Q4_K superblock sb of two groups (offset p): per row, with is the Σ_j sc_j · (q·qx)_j of dot_x16_q4k,
+ *   mb = Σ_j m_j · bsum_j      acc += is · (d · dx) − mb · (dmin · dx) */
+INL void N(q4k_scale16)(const int R, const uint8_t *g0, const uint8_t *g1, int p, const Act *a, int r0, int sb,
+                        const __m512i *is, __m512 *acc) {
+    int k = a->k, nsb = k / 256;
+    __m512i mp[4];
+    for (int q = 0; q < 4; q++)  /* 16 bytes of each group -> 32 i16 */
+        mp[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(g1 + p + 1088 + 16 * q)),
+                                                      _mm_loadu_si128((const __m128i *)(g0 + p + 1088 + 16 * q))));
+    __m512 d = N(pair_ph)(g0, g1, p + 1152), dmin = N(pair_ph)(g0, g1, p + 1168);
+    for (int i = r0; i < r0 + R; i++) {
+        const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
+        __m512i mb = _mm512_setzero_si512();
+        for (int q = 0; q < 4; q++) {
+            int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];
+            mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
+        }
+        __m512 dx = _mm512_set1_ps(a->d256[(size_t)i * nsb + sb]);
+        acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, dx), acc[i - r0]);
+        acc[i - r0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mb), _mm512_mul_ps(dmin, dx), acc[i - r0]);
+    }
+}
+
+/* Q6_K's codes of chunk pc of two groups, 0..63: the low nibbles and, from vector h, their high 2 bits */
+INL void N(q6k_codes16)(const uint8_t *g0, const uint8_t *g1, int pc, __m512i w[8]) {
+    const __m512i m2 = _mm512_set1_epi8(0x30);
+    N(nibble_groups16)(g0, g1, pc, w);
+    for (int h = 0; h < 2; h++) {
+        __m512i hv = N(pair)(g0, g1, pc + 128 + 32 * h);
+        w[4 * h + 0] = _mm512_or_si512(w[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hv, 4), m2));
+        w[4 * h + 1] = _mm512_or_si512(w[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hv, 2), m2));
+        w[4 * h + 2] = _mm512_or_si512(w[4 * h + 2], _mm512_and_si512(hv, m2));
+        w[4 * h + 3] = _mm512_or_si512(w[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hv, 2), m2));
+    }
+}
+
+/* the end of a Q6_K superblock sb of two groups (offset p): acc += is · (d · dx) per row */
+INL void N(q6k_scale16)(const int R, const uint8_t *g0, const uint8_t *g1, int p, const Act *a, int r0, int sb,
+                        const __m512i *is, __m512 *acc) {
+    int nsb = a->k / 256;
+    __m512 d = N(pair_ph)(g0, g1, p + 1664);
+    for (int i = r0; i < r0 + R; i++)
+        acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, _mm512_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
+}
+
 INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const Act *a, int r0, float *y, int n) {
     int k = a->k, nsb = k / 256;
     __m512 acc[RB];
@@ -467,22 +512,7 @@ INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const
                 is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_mullo_epi32(
                     N(dot4s16)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8), sc));
         }
-        __m512i mp[4];
-        for (int q = 0; q < 4; q++)  /* 16 bytes of each group -> 32 i16 */
-            mp[q] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(g1 + p + 1088 + 16 * q)),
-                                                          _mm_loadu_si128((const __m128i *)(g0 + p + 1088 + 16 * q))));
-        __m512 d = N(pair_ph)(g0, g1, p + 1152), dmin = N(pair_ph)(g0, g1, p + 1168);
-        for (int i = r0; i < r0 + R; i++) {
-            const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
-            __m512i mb = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) {
-                int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];
-                mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
-            }
-            __m512 dx = _mm512_set1_ps(a->d256[(size_t)i * nsb + sb]);
-            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, dx), acc[i - r0]);
-            acc[i - r0] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mb), _mm512_mul_ps(dmin, dx), acc[i - r0]);
-        }
+        N(q4k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
 }
@@ -491,7 +521,6 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
     int k = a->k, nsb = k / 256;
     __m512 acc[RB];
     __m512i is[RB];
-    const __m512i m2 = _mm512_set1_epi8(0x30);
     for (int i = 0; i < R; i++) acc[i] = _mm512_setzero_ps();
     for (int sb = 0; sb < nsb; sb++) {
         int p = 8 * X8_BYTES(Q6_K) * sb;
@@ -500,14 +529,7 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
             int pc = p + 192 * c;
             __m512i w[8];
             ahead(g0 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream), ahead(g1 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream);
-            N(nibble_groups16)(g0, g1, pc, w);
-            for (int h = 0; h < 2; h++) {
-                __m512i hv = N(pair)(g0, g1, pc + 128 + 32 * h);
-                w[4 * h + 0] = _mm512_or_si512(w[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hv, 4), m2));
-                w[4 * h + 1] = _mm512_or_si512(w[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hv, 2), m2));
-                w[4 * h + 2] = _mm512_or_si512(w[4 * h + 2], _mm512_and_si512(hv, m2));
-                w[4 * h + 3] = _mm512_or_si512(w[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hv, 2), m2));
-            }
+            N(q6k_codes16)(g0, g1, pc, w);
             __m512i sc0 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c));
             __m512i sc1 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c + 8));
             for (int i = r0; i < r0 + R; i++) {
@@ -518,9 +540,7 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
                 is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
             }
         }
-        __m512 d = N(pair_ph)(g0, g1, p + 1664);
-        for (int i = r0; i < r0 + R; i++)
-            acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, _mm512_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
+        N(q6k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
 }
