@@ -1,5 +1,6 @@
 """llama.cpp as a benchmark peer: its command lines, the parsers of its real output (fixtures captured from the
 built tools), the not-built message, and one real run of the built llama-completion on SmolLM2."""
+import json
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,18 @@ def test_speculative_output_parses_to_the_decoded_tokens_and_acceptance():
 
 def test_llama_bench_json_parses_to_tg_tokens_per_second():
     assert llamacpp_run.parse_bench(read("bench.json")) == {"tg64": 3.711954}
+
+
+def test_llama_bench_at_a_depth_parses_to_its_own_key():
+    rows = json.loads(read("bench.json"))
+    rows[0]["n_depth"] = 105
+    assert llamacpp_run.parse_bench(json.dumps(rows)) == {"tg64@d105": 3.711954}
+
+
+def test_llama_bench_runs_after_the_depth_asked_for(monkeypatch):
+    monkeypatch.setattr(llamacpp_run, "binary", lambda name: name)
+    assert llamacpp_run.bench_args(Path("m.gguf"), 64, 2, 3, depth=105)[-2:] == ["-d", "105"]
+    assert "-d" not in llamacpp_run.bench_args(Path("m.gguf"), 64, 2, 3)
 
 
 def test_output_without_timings_is_a_named_error():

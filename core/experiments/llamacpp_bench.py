@@ -144,6 +144,12 @@ def parse(argv):
     return p.parse_args(argv)
 
 
+def prompt_depth(pipe, prompts) -> int:
+    """The prompts' mean length in tokens (chat template applied): the context our decoding starts from, which
+    llama-bench's tg then runs after (-d), so that both generate at the same depth of attention."""
+    return round(sum(len(pipe.prompt_ids(p.text)) for p in prompts) / len(prompts))
+
+
 def ar_row(pipe, prompt, n: int) -> tuple[dict, list]:
     from core.config import SpecConfig
     from core.experiments.bench import run_row
@@ -195,19 +201,33 @@ def bench_main(argv=None) -> int:
               "table": table(rows, ["ar", *names]), "ours_bound": memory_bound(rows, pipe.model, gbs, pipe.target),
               "llamacpp_bound": peer_bound(rows, gguf_of(pipe.model_id), gbs)}
     if args.tg:
-        ggufs = [args.model] + ([args.draft] if args.draft else [])
+        ggufs, depth = [args.model] + ([args.draft] if args.draft else []), prompt_depth(pipe, prompts)
         result["llama_bench"] = {m: round(llamacpp_run.bench_tg(gguf_of(m), args.max_new_tokens, args.threads,
                                                                 args.tg), 2) for m in ggufs}
+        result["llama_bench_at_prompt"] = tg_at_depth(ggufs, args, depth)
     print(f"cpu_isa_cap={result['cpu_isa_cap']}  llamacpp_build={result['llamacpp_build']}")
     for r in result["table"]:
         print("  ".join(f"{k}={v}" for k, v in r.items()))
-    for k in ("ours_bound", "llamacpp_bound", "llama_bench"):
+    for k in ("ours_bound", "llamacpp_bound", "llama_bench", "llama_bench_at_prompt"):
         if k in result:
             print(f"{k}: " + "  ".join(f"{a}={b}" for a, b in result[k].items()))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({**result, "rows": rows, "settings": vars(args)}, f, indent=1)
     return 0
+
+
+def tg_at_depth(models: list, args, depth: int) -> dict:
+    """{model@dDEPTH: llama-bench tok/s after depth tokens of context}; a model whose run crashes is left out, said on
+    stderr (on an AMX Xeon this build's repacked kernels crash on the batch that fills the context)."""
+    out = {}
+    for m in models:
+        try:
+            out[f"{m}@d{depth}"] = round(llamacpp_run.bench_tg(gguf_of(m), args.max_new_tokens, args.threads, args.tg,
+                                                               depth), 2)
+        except llamacpp_run.Crashed as err:
+            print(f"llama-bench after {depth} tokens of context on {m}: {err}", file=sys.stderr)
+    return out
 
 
 def tg_main(argv=None) -> int:
@@ -217,8 +237,10 @@ def tg_main(argv=None) -> int:
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--depth", type=int, default=0, help="tokens of context before the generation (llama-bench -d)")
     args = p.parse_args(argv)
     for m in args.models.split(","):
-        tps = llamacpp_run.bench_tg(gguf_of(m), args.n, args.threads, args.reps)
-        print(f"{m}: llama-bench tg{args.n} {tps:.2f} tok/s ({args.threads} threads, {args.reps} reps)")
+        tps = llamacpp_run.bench_tg(gguf_of(m), args.n, args.threads, args.reps, args.depth)
+        at = f" after {args.depth} tokens" if args.depth else ""
+        print(f"{m}: llama-bench tg{args.n}{at} {tps:.2f} tok/s ({args.threads} threads, {args.reps} reps)")
     return 0

@@ -46,9 +46,10 @@ def speculative_args(gguf: Path, draft: Path, prompt: str, n: int, threads: int,
             "-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads), *COMMON]
 
 
-def bench_args(gguf: Path, n: int, threads: int, reps: int) -> list:
+def bench_args(gguf: Path, n: int, threads: int, reps: int, depth: int = 0) -> list:
+    """llama-bench's generation of n tokens; depth: tokens already in its KV cache (-d), as after a prompt."""
     return [str(binary("llama-bench")), "-m", str(gguf), "-p", "0", "-n", str(n), "-t", str(threads),
-            "-r", str(reps), "-o", "json"]
+            "-r", str(reps), "-o", "json", *(["-d", str(depth)] if depth else [])]
 
 
 PERF = re.compile(r"(?P<what>prompt eval|\beval) time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)")
@@ -95,12 +96,13 @@ def parse_speculative(stdout: str, log: str, prompt: str) -> PeerRun:
 
 
 def parse_bench(stdout: str) -> dict:
-    """{test: mean tok/s} from llama-bench -o json (tg64 for -p 0 -n 64)."""
+    """{test: mean tok/s} from llama-bench -o json (tg64 for -p 0 -n 64; tg64@d105 after 105 tokens of context, -d 105)."""
     try:
         rows = json.loads(stdout)
     except json.JSONDecodeError as err:
         raise SpecError(f"llama-bench printed no JSON ({err})") from None
-    return {f"tg{r['n_gen']}" if r["n_gen"] else f"pp{r['n_prompt']}": r["avg_ts"] for r in rows}
+    return {(f"tg{r['n_gen']}" if r["n_gen"] else f"pp{r['n_prompt']}") + (f"@d{r['n_depth']}" if r.get("n_depth") else ""):
+            r["avg_ts"] for r in rows}
 
 
 class Crashed(SpecError):
@@ -140,8 +142,9 @@ def speculate(gguf: Path, draft: Path, prompt: str, n: int, threads: int, draft_
     return replace(parse_speculative(out, log, prompt), repacked=repacked)
 
 
-def bench_tg(gguf: Path, n: int = 64, threads: int = 2, reps: int = 3) -> float:
-    return parse_bench(call(bench_args(gguf, n, threads, reps))[0])[f"tg{n}"]
+def bench_tg(gguf: Path, n: int = 64, threads: int = 2, reps: int = 3, depth: int = 0) -> float:
+    """llama-bench's tok/s generating n tokens after `depth` tokens of context."""
+    return parse_bench(call(bench_args(gguf, n, threads, reps, depth))[0])[f"tg{n}" + (f"@d{depth}" if depth else "")]
 
 
 def agreement(tokenizer, ours: list, text: str) -> int:
