@@ -377,16 +377,19 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
 COST_ROWS = (1, 2, 4, 8, 16, 32)  # verify row counts the report quotes
 
 
-def report(pipe, cfg: SpecConfig, note: str = "", prompt_tokens: int | None = None) -> dict:
+def report(pipe, cfg: SpecConfig, note: str = "", prompt_tokens: int | None = None, probe: dict | None = None) -> dict:
     """This machine's measured costs and the cost model's verdicts for a run's config (cfg with its shape resolved):
     the run's own (with its whole run's speedup for a prompt of prompt_tokens), each head's best shape, the context
-    alone. JSON-ready; "missing" says what to run where the calibration or the acceptance table is not there."""
+    alone; probe: all of them read at that probe's moment (anchored; "anchored" says so). JSON-ready; "missing" says
+    what to run where the calibration or the acceptance table is not there."""
     data, acc = cached(pipe)
     out = {"shape": shape_label(cfg), "shape_note": note, "method": cfg.method}
     if not data or not acc:
         out["missing"] = "python -m core calibrate" + ("" if acc else " --acceptance")
         out["machine"] = machine()
         return out
+    data = anchored(data, probe)
+    out["anchored"] = probe is not None
     v = data["verify"]
     key = data.get("key") or calibration_key(pipe)
     out |= {"machine": key["machine"], "date": data.get("date", ""), "runtime_note": key["runtime_note"],

@@ -198,12 +198,20 @@ def test_bench_summary_rows_get_the_prediction_beside_the_measured_speedup(pipe,
 
 def test_a_bench_anchors_its_predictions_to_a_probe_where_the_machine_is_calibrated(pipe, costs, tmp_path, monkeypatch,
                                                                                    single_thread):
-    from core.experiments.bench import anchor_probe
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    assert anchor_probe(pipe) is None  # nothing calibrated: nothing to anchor
+    assert calibrate.anchor_probe(pipe) is None  # nothing calibrated: nothing to anchor
     calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    got = anchor_probe(pipe)
+    got = calibrate.anchor_probe(pipe)
     assert got["target"]["rows"] == [1, calibrate.PROBE["rows"]] and got["draft"]["ms"][0] > 0
+
+
+def test_a_long_lived_process_reuses_a_pipelines_probe_while_it_is_young(pipe, costs, tmp_path, monkeypatch,
+                                                                          single_thread):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
+    first = calibrate.anchor_probe(pipe, max_age_s=600)
+    assert calibrate.anchor_probe(pipe, max_age_s=600) is first
+    assert calibrate.anchor_probe(pipe) is not first  # no age allowed: probed again
 
 
 # ---------------------------------------------------------------- --shape auto
@@ -292,6 +300,15 @@ def test_the_report_holds_this_machines_costs_and_a_verdict_per_head(pipe, costs
     assert r["costs"]["verify"]["1"] == pytest.approx(costs["verify"][0], abs=0.01) and "8" not in r["costs"]["verify"]
     assert r["run"]["shape"] == "tree 3/2/6 + context" and r["run"]["speedup"] > 0 and r["shape_note"] == "a note"
     assert [v["method"] for v in r["methods"]] == ["nanospec"] and r["context"]["shape"] == "context alone"
+
+
+def test_a_report_read_at_a_probe_rescales_the_calibrated_costs_to_that_moment(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
+    t1, t9 = (calibration.cost.Costs.at(calibration.at_context(costs, 64)["verify"], n) for n in (1, 9))
+    slow = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [2 * t1, 2 * t9]}}
+    cached, now = (calibration.report(pipe, SpecConfig(method="nanospec"), probe=p) for p in (None, slow))
+    assert not cached["anchored"] and now["anchored"]
+    assert now["costs"]["verify"]["1"] == pytest.approx(2 * cached["costs"]["verify"]["1"], rel=0.02)
 
 
 def test_the_report_says_what_to_run_where_nothing_is_calibrated(pipe, tmp_path, monkeypatch):

@@ -2,12 +2,12 @@
 import gradio as gr
 
 import core.engine_thread as engine_thread
-from core.calibration import report, resolve_shape
+from core.calibration import resolve_shape
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
 from core.trace.live import baseline_of, run_to_end
 from ui.models import GPU, load_pipeline
-from ui.runs import (RUN_MAX_SECONDS, baseline_key, cached_ar, check_prompt, comparison, make_config, remember_ar,
+from ui.runs import (RUN_MAX_SECONDS, baseline_key, cached_ar, check_prompt, comparison, cost_now, make_config, remember_ar,
                      shown_error, stoppable)
 from viz import plots
 from viz.notes import compare_texts, status_note
@@ -41,7 +41,7 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
             cfg, note = resolve_shape(pipe, cfg, allow_context=False)  # each head at its own best shape
             runs[method] = engine_thread.call(run_to_end, pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
-            runs[method]["meta"]["cost"] = report(pipe, cfg, note, len(pipe.prompt_ids(prompt)))
+            runs[method]["meta"]["cost"] = cost_now(pipe, cfg, note, len(pipe.prompt_ids(prompt)))
         except SpecError as e:
             errors[method] = str(e)
             continue

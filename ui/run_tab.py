@@ -7,14 +7,14 @@ import time
 
 import gradio as gr
 
-from core.calibration import report, resolve_shape
+from core.calibration import resolve_shape
 from core.experiments.examples import EXAMPLES
 from core.trace.live import LiveRun, baseline_of, finish_trace
 from core.trace.stats import summarize
 from core.trace.record import StepRecord
 from ui import calibrating
 from ui.models import GPU, load_pipeline, parse_model_key
-from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, make_config, pay_for,
+from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, cost_now, make_config, pay_for,
                      remember_ar, shown_error, stoppable, summary_for, write_downloads)
 from viz.notes import running_note, source_note, status_note, trace_notes
 from viz.panels import render_panels
@@ -52,7 +52,7 @@ def run_ui(prompt, model_key, method, w_max, k_pre, k_ver, fr_size, rank, depth,
 def cost_report(pipe, cfg, model_key: str, shape_note: str, prompt_tokens: int | None = None) -> dict:
     """meta["cost"] of a run: this machine's costs and verdicts; where none are measured yet, the background
     calibration starts (after the run: it would share the CPU with it) and its state is kept with the report."""
-    out = report(pipe, cfg, shape_note, prompt_tokens)
+    out = cost_now(pipe, cfg, shape_note, prompt_tokens)
     if out.get("missing"):
         calibrating.start(model_key, pipe)
         out["calibrating"] = calibrating.status(model_key)
@@ -72,7 +72,7 @@ def _stream_run(pipe, prompt, cfg, model_key, should_stop, t_start, shape_note="
     trace = live.result()
     t0 = time.perf_counter()
     prompt_tokens = len(pipe.prompt_ids(prompt))
-    trace["meta"]["cost"] = report(pipe, cfg, shape_note, prompt_tokens)
+    trace["meta"]["cost"] = cost_now(pipe, cfg, shape_note, prompt_tokens)
     key = baseline_key(model_key, prompt, cfg)
     if cfg.method == "ar":
         remember_ar(key, baseline_of(trace))

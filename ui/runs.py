@@ -145,6 +145,15 @@ def ar_baseline(pipe, prompt: str, cfg: SpecConfig, model_key: str, should_stop=
     return ar
 
 
+def cost_now(pipe, cfg: SpecConfig, note: str = "", prompt_tokens: int | None = None) -> dict:
+    """core.calibration.report of a run's config read at this moment: a probe of the target's and the drafter's passes
+    (on the engine thread, at most every PROBE_MAX_AGE_S per pipeline) rescales the cached calibration's curves."""
+    from core.calibration import report
+    from core.experiments.calibrate import PROBE_MAX_AGE_S, anchor_probe
+    probe = engine_thread.call(anchor_probe, pipe, PROBE_MAX_AGE_S)
+    return report(pipe, cfg, note, prompt_tokens, probe)
+
+
 def comparison(trace: dict) -> tuple:
     """(AR summary or None, compare_to_ar verdict or None) for a finished run and its meta["baseline"].
     No verdict when sampling or when either run was cut short (a partial run says nothing)."""

@@ -84,7 +84,8 @@ def pay_panel(cost: dict | None, summary: dict | None = None, speedup: float | N
     measured = {"tau": tau, "speedup": speedup}
     m = cost["machine"]
     where = (f"{esc(m.get('cpu', ''))} · {esc('/'.join(m.get('features', [])) or 'no AVX2')} · {m.get('threads')} threads"
-             f" · {esc(cost.get('runtime_note', ''))} · calibrated {esc(cost.get('date', ''))}")
+             f" · {esc(cost.get('runtime_note', ''))} · calibrated {esc(cost.get('date', ''))}"
+             + (" · re-read at a probe of this machine now" if cost.get("anchored") else ""))
     reason = pay_reason(cost, tau, speedup)
     return (f'<div class="speclens pay-panel" id="pay-panel-body"><div class="pay-title">Will it pay here?</div>'
             f'<div class="pay-reason">{esc(reason)}</div>{shape}<div class="pay-costs">{_costs_line(cost)}</div>'

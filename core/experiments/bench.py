@@ -165,19 +165,6 @@ def write_csv(path: Path, cols, rows) -> None:
     write_atomic(path, write)
 
 
-def anchor_probe(pipe) -> dict | None:
-    """calibrate.probe where this machine has a calibration for pipe (None else): the predictions read at the runs'
-    moment (docs/cost.md: on a VM whose phase drifts between processes, 11 of 12 within ±10% against 9 of 12)."""
-    import torch
-
-    from core.calibration import cached
-    from core.experiments.calibrate import probe
-    if pipe.drafter is None or not cached(pipe)[0]:
-        return None
-    with torch.no_grad():
-        return probe(pipe)
-
-
 def run_bench(args) -> list:
     from tqdm import tqdm
     methods = methods_of(args.methods)
@@ -194,6 +181,7 @@ def run_bench(args) -> list:
     cfgs = resolved(pipe, cfgs)
     for m in methods:  # warm every head once (SVD, buffers, first-call costs) outside the timings
         list(pipe.run(prompts[0].text, replace(cfgs[m], max_new_tokens=4)))
+    from core.experiments.calibrate import anchor_probe
     now = anchor_probe(pipe)
     steps_path = out / "steps.csv"
     step_rows = _read_steps(steps_path)
