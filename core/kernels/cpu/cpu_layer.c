@@ -285,7 +285,10 @@ static void attend_head(int64_t c, const float *q, int64_t i0, int64_t nr, int64
     weighted_sum((const float *const *)ps, os, nqp, v + c * max_len * hd, Sb, hd);  /* [nq, Sb] @ [Sb, hd] */
 }
 
-#define ATT_SPLIT (1 << 17)  /* multiply-adds of one block's attention from which its kv heads go to the threads */
+/* multiply-adds of one block's attention from which its kv heads go to the threads: 8k puts a 1-token step's heads on
+ * both from ~8 keys on (SmolLM2 after 64 tokens: its whole pass 6.55 -> 6.24 ms, 2-core Xeon, 2026-12-06; 1 << 17
+ * before left them on one thread below ~114 keys) */
+#define ATT_SPLIT (1 << 13)
 
 /* qkv [n, (H+2K)*hd] (+ bqkv), per-head q/k norms (qn, kn or NULL), rope with cos/sin [n, hd];
  * k, v of row i -> kt[c][:, start + i], v[c][start + i] (this layer's caches: kt [K, hd, max_len], v [K, max_len, hd]);
