@@ -26,7 +26,7 @@ typedef struct {
     int k;
     int8_t *q256; float *d256; int16_t *bs16;  /* Q8_K: [m][k], [m][k/256], [m][k/16] */
     int8_t *q32; float *d32; int32_t *s32;     /* Q8_0 / Q8_1: [m][k], [m][k/32], [m][k/32] */
-    int stream;  /* bytes ahead of the blocks in use that the dot products prefetch (0: none): q8_stream_bytes() */
+    int stream;  /* bytes ahead of the blocks in use that the dot products prefetch (0: none): q8_stream_of() */
 } Act;
 
 #if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
@@ -165,13 +165,21 @@ int q8_prefetch_bytes(void) { return pf_bytes < 0 ? PF : pf_bytes; }
 /* the dot products prefetch their blocks STREAM bytes ahead as they go (the next group's where a group ends), on every
  * CPU: on AMD Zen 4 the hardware prefetcher alone left the 1.5B's 1-row products at ~0.85 of the streaming rate (37.6-41.9
  * ms a pass against 35.4-37.3 with it) and its paired 9-row verify at 113 ms against 87 (2026-12-04); on an Intel Xeon
- * 2048 bytes beat 512, 1024, 4096 and 8192 at 1 and 9 rows, avx512 and avx2 (2026-12-05). q8_stream_bytes() */
+ * 2048 bytes beat 512, 1024, 4096 and 8192 at 1 and 9 rows, avx512 and avx2 (the 1.5B's layers 3 and 17 alone,
+ * 2026-12-05). STREAM_WIDE for the AVX-512 and AMX variants: in whole passes on the same Xeon (2026-12-06) 16 KB took
+ * SmolLM2's (0.2-1.1 MB matrices) from 6.87 to 5.78 ms at 1 row and 14.3 to 12.8 at 9, the 1.5B's from 53.6 to 52.4 and
+ * 101.5 to 98.0, where the AVX2 variant gained nothing past 2048 (SmolLM2: 7.30 / 7.27 ms). q8_stream_of() */
 #define STREAM 2048
-static int stream_bytes = -1;  /* -1: the default; set by q8_set_stream */
+#define STREAM_WIDE 16384
+static int stream_bytes = -1;  /* -1: the variant's default; set by q8_set_stream */
 
 void q8_set_stream(int bytes) { stream_bytes = bytes; }
 
-int q8_stream_bytes(void) { return stream_bytes < 0 ? STREAM : stream_bytes; }
+int q8_stream_bytes(void) { return stream_bytes; }
+
+static int q8_stream_of(int variant) {
+    return stream_bytes >= 0 ? stream_bytes : variant >= V_AVX512 ? STREAM_WIDE : STREAM;
+}
 
 /* *setting where set (>= 0), else on_amd on AMD CPUs and elsewhere otherwise */
 static int by_vendor(int *setting, int on_amd, int elsewhere) {
@@ -222,7 +230,7 @@ static void dot16(int variant, int type, int R, const uint8_t *g0, const uint8_t
  * x8_off [n / OB] (or NULL): where output group g's interleaved blocks start in x8, -1 for a group that has none */
 void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
            const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads) {
-    Act a = {k, NULL, NULL, NULL, NULL, NULL, NULL, q8_stream_bytes()};
+    Act a = {k, NULL, NULL, NULL, NULL, NULL, NULL, q8_stream_of(variant)};
     int passes = (m + RB - 1) / RB, per_pass = (m + passes - 1) / passes;  /* even passes: 17 rows = 9 + 8 */
     int pf = q8_prefetch_bytes(), wide = m >= q8_pair_rows();  /* read once, before the threads start */
     if (kinds & 1) {
