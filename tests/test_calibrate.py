@@ -421,7 +421,7 @@ def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tm
 
 def test_auto_keeps_the_default_shape_where_the_grids_best_gains_less_than_the_margin(pipe, costs, tmp_path, monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
-    monkeypatch.setattr(calibration, "MARGIN", 10.0)  # no shape can gain 1000%
+    monkeypatch.setattr(calibration, "MARGIN", 1e9)  # no shape gains that much, whatever the tiny model's timings
     cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
     assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6) and "within the cost model's" in note
 
