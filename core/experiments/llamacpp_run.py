@@ -101,8 +101,12 @@ def parse_bench(stdout: str) -> dict:
         rows = json.loads(stdout)
     except json.JSONDecodeError as err:
         raise SpecError(f"llama-bench printed no JSON ({err})") from None
-    return {(f"tg{r['n_gen']}" if r["n_gen"] else f"pp{r['n_prompt']}") + (f"@d{r['n_depth']}" if r.get("n_depth") else ""):
-            r["avg_ts"] for r in rows}
+    return {test_name(r["n_prompt"], r["n_gen"], r.get("n_depth", 0)): r["avg_ts"] for r in rows}
+
+
+def test_name(n_prompt: int, n_gen: int, depth: int = 0) -> str:
+    """llama-bench's name of a test: tg64 (generate 64), pp512 (a 512-token prompt), + @d105 after 105 of context."""
+    return (f"tg{n_gen}" if n_gen else f"pp{n_prompt}") + (f"@d{depth}" if depth else "")
 
 
 class Crashed(SpecError):
@@ -144,7 +148,7 @@ def speculate(gguf: Path, draft: Path, prompt: str, n: int, threads: int, draft_
 
 def bench_tg(gguf: Path, n: int = 64, threads: int = 2, reps: int = 3, depth: int = 0) -> float:
     """llama-bench's tok/s generating n tokens after `depth` tokens of context."""
-    return parse_bench(call(bench_args(gguf, n, threads, reps, depth))[0])[f"tg{n}" + (f"@d{depth}" if depth else "")]
+    return parse_bench(call(bench_args(gguf, n, threads, reps, depth))[0])[test_name(0, n, depth)]
 
 
 def agreement(tokenizer, ours: list, text: str) -> int:

@@ -117,7 +117,8 @@ def lib():
 def prefetch_setting(var: str = "SPECLENS_Q8_PREFETCH") -> int:
     """q8_mm's prefetch in bytes (0: none; unset or 'auto': -1, gguf_q8.c's default): SPECLENS_Q8_PREFETCH, the burst
     past each output group's blocks before its dot products (none by default); SPECLENS_Q8_STREAM, how far ahead the dot
-    products prefetch as they go (by default 16384 on the AVX-512 and AMX variants, 2048 on the others). Only the timing changes, never a product."""
+    products prefetch as they go (by default 16384 on the AVX-512 and AMX variants, 2048 on the others). Only the
+    timing changes, never a product."""
     raw = os.environ.get(var, "auto").strip().lower()
     if raw in ("", "auto"):
         return -1

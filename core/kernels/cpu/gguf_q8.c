@@ -84,6 +84,11 @@ static inline void ahead(const uint8_t *p, int64_t len, int pf) {  /* the builti
     for (int64_t at = 0; pf && at < len; at += 64) __builtin_prefetch(p + pf + at, 0, 3);
 }
 
+/* ahead() of the same len bytes at `at` in two interleaved groups, first g0's: a zmm pair's blocks (dot_x16) */
+static inline void ahead2(const uint8_t *g0, const uint8_t *g1, int64_t at, int64_t len, int pf) {
+    ahead(g0 + at, len, pf), ahead(g1 + at, len, pf);
+}
+
 #define N(f) f##_avx2
 #define DPWSSD(a, p, s) _mm256_add_epi32(a, _mm256_madd_epi16(p, s))
 #define DPBUSD(q, x) _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1))

@@ -57,7 +57,7 @@ FN static void dot16_amx_q4k(int R, const uint8_t *g0, const uint8_t *g1, const 
         for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i b[8];
-            ahead(g0 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream), ahead(g1 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
+            ahead2(g0, g1, p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
             N(nibble_groups16)(g0, g1, p + 128 * j, b);
             for (int t = 0; t < 8; t++) _mm512_store_si512(bt[j][t], b[t]);
         }
@@ -90,7 +90,7 @@ FN static void dot16_amx_q6k(int R, const uint8_t *g0, const uint8_t *g1, const 
         for (int ch = 0; ch < 8; ch++) {
             int pc = p + 192 * ch;
             __m512i b[8];
-            ahead(g0 + p + X8_BYTES(Q6_K) * ch, X8_BYTES(Q6_K), a->stream), ahead(g1 + p + X8_BYTES(Q6_K) * ch, X8_BYTES(Q6_K), a->stream);
+            ahead2(g0, g1, p + X8_BYTES(Q6_K) * ch, X8_BYTES(Q6_K), a->stream);
             N(q6k_codes16)(g0, g1, pc, b);
             for (int t = 0; t < 8; t++) {
                 _mm512_store_si512(bt[ch][0][t], t < 4 ? b[t] : zero);

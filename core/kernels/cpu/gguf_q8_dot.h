@@ -423,7 +423,7 @@ INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1,
     for (int b = 0; b < nb; b++) {
         int at = gb * b;
         __m512i w[8];
-        ahead(g0 + at, gb, a->stream), ahead(g1 + at, gb, a->stream);
+        ahead2(g0, g1, at, gb, a->stream);
         if (type == Q8_0) {
             for (int t = 0; t < 8; t++) w[t] = N(pair)(g0, g1, at + 32 * t);
         } else {
@@ -505,7 +505,7 @@ INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const
         for (int i = 0; i < R; i++) is[i] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j++) {
             __m512i w[8];
-            ahead(g0 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream), ahead(g1 + p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
+            ahead2(g0, g1, p + X8_BYTES(Q4_K) * j, X8_BYTES(Q4_K), a->stream);
             N(nibble_groups16)(g0, g1, p + 128 * j, w);
             __m512i sc = _mm512_cvtepu8_epi32(N(pair8)(g0, g1, p + 1024 + 8 * j));
             for (int i = r0; i < r0 + R; i++)
@@ -528,7 +528,7 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
         for (int c = 0; c < 8; c++) {
             int pc = p + 192 * c;
             __m512i w[8];
-            ahead(g0 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream), ahead(g1 + p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream);
+            ahead2(g0, g1, p + X8_BYTES(Q6_K) * c, X8_BYTES(Q6_K), a->stream);
             N(q6k_codes16)(g0, g1, pc, w);
             __m512i sc0 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c));
             __m512i sc1 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c + 8));

@@ -1,6 +1,6 @@
 """Which CPU kernel variant runs: the best this CPU has, capped by SPECLENS_CPU_ISA=amx|avx512|avx2|none.
 
-- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c); q8_mm's Q4_K / Q6_K dots of 2+ rows on AMX-INT8 tiles (the
+- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c); q8_mm's Q4_K / Q6_K dots of 6+ rows (AMX_ROWS) on AMX-INT8 tiles (the
           AVX-512 variant's floats: gguf_q8_amx.h)
 - avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
           q8_mm's integer dots on AVX512-VNNI (`vpdpwssd` / `vpdpbusd`)
