@@ -104,7 +104,7 @@ def test_llama_bench_at_a_depth_parses_to_its_own_key():
 
 def test_llama_bench_runs_after_the_depth_asked_for(monkeypatch):
     monkeypatch.setattr(llamacpp_run, "binary", lambda name: name)
-    assert llamacpp_run.bench_args(Path("m.gguf"), 64, 2, 3, depth=105)[-2:] == ["-d", "105"]
+    assert llamacpp_run.bench_args(Path("m.gguf"), 64, 2, 3, depth=105)[-4:] == ["-d", "105", "-ub", "1"]
     assert "-d" not in llamacpp_run.bench_args(Path("m.gguf"), 64, 2, 3)
 
 

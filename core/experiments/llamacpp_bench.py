@@ -218,8 +218,8 @@ def bench_main(argv=None) -> int:
 
 
 def tg_at_depth(models: list, args, depth: int) -> dict:
-    """{model@dDEPTH: llama-bench tok/s after depth tokens of context}; a model whose run crashes is left out, said on
-    stderr (on an AMX Xeon this build's repacked kernels crash on the batch that fills the context)."""
+    """{model@dDEPTH: llama-bench tok/s after depth tokens of context (filled a token a batch, see `bench_args`)}; a
+    model whose run crashes is left out, said on stderr."""
     out = {}
     for m in models:
         try:

@@ -47,9 +47,10 @@ def speculative_args(gguf: Path, draft: Path, prompt: str, n: int, threads: int,
 
 
 def bench_args(gguf: Path, n: int, threads: int, reps: int, depth: int = 0) -> list:
-    """llama-bench's generation of n tokens; depth: tokens already in its KV cache (-d), as after a prompt."""
+    """llama-bench's generation of n tokens; depth: tokens already in its KV cache (-d), as after a prompt. The depth
+    is filled one token a batch (-ub 1, untimed): this build's AMX-repacked kernels crash on a batch of 2 or more."""
     return [str(binary("llama-bench")), "-m", str(gguf), "-p", "0", "-n", str(n), "-t", str(threads),
-            "-r", str(reps), "-o", "json", *(["-d", str(depth)] if depth else [])]
+            "-r", str(reps), "-o", "json", *(["-d", str(depth), "-ub", "1"] if depth else [])]
 
 
 PERF = re.compile(r"(?P<what>prompt eval|\beval) time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)")
