@@ -117,6 +117,34 @@ def test_attend_over_a_long_cache_gives_the_same_floats_on_one_thread_or_two_and
     torch.testing.assert_close(out[2], torch_attend(qkv, None, None, cos, sin, kt2, v2, C, bias, a), **TOL)
 
 
+@pytest.mark.parametrize("V", [2, 15, 16, 49152, 49157])
+def test_top2_gives_torchs_argmax_and_top_two_values_ties_and_tails_included(V):
+    x = rand(6, V)
+    x[1, :] = 0.5  # every value tied: argmax is the first
+    x[2, V - 1] = x[2].max() + 1  # the maximum in the tail past the last full lane block
+    x[3, V // 3], x[3, V - 1] = 9.0, 9.0  # the maximum twice: top-2 holds it twice, argmax the first
+    x[4, :] = -1e30
+    x[4, V // 2] = float("inf")
+    x[5] = rand(V, seed=1).bfloat16().float()  # bf16-rounded logits: many exact repeats
+    idx, top = cpu_layer.top2(x)
+    assert torch.equal(idx, x.argmax(-1)) and torch.equal(top, x.topk(2, dim=-1).values)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), "all -inf"])
+def test_top2_leaves_a_row_with_a_nan_or_nothing_above_minus_infinity_to_torch(bad):
+    x = rand(2, 100)
+    if bad == "all -inf":
+        x[1] = float("-inf")
+    else:
+        x[1, 7] = bad
+    assert cpu_layer.top2(x) is None
+    runner = rt.FastRunner.__new__(rt.FastRunner)
+    runner.kernels = True
+    best, top = runner.top2(x)
+    assert best == x.argmax(-1).tolist()
+    torch.testing.assert_close(top, x.topk(2, dim=-1).values, equal_nan=True, atol=0, rtol=0)
+
+
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
     from core.experiments.tiny import tiny_model
 

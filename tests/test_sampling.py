@@ -36,6 +36,9 @@ class BigramRunner:
     def logits(self, hidden):
         return hidden @ self.head_weight.T
 
+    def top2(self, logits):
+        return logits.argmax(-1).tolist(), logits.topk(2, dim=-1).values
+
     def commit(self, keep):
         self.n_committed += len(keep)
         self.n_pending = 0

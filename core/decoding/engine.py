@@ -67,8 +67,9 @@ def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_
         hidden, feats = target.forward(prompt, torch.arange(prompt.numel()), None)
         target.commit(torch.arange(prompt.numel()))
         logits = target.logits(hidden)  # [n, V]
-    root = _pick(logits[-1], cfg, gen)
-    rec = StepRecord(step=0, kind="prefill", **_margins(logits[-1:], target))
+    best, top = target.top2(logits[-1:])
+    root = _pick(logits[-1], best[0], cfg, gen)
+    rec = StepRecord(step=0, kind="prefill", **_margins(top, target))
     spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
     ctx = _context_drafter(cfg, drafter, prompt.tolist() + [root], switch_prior) if spec else None
     feed = None
@@ -126,9 +127,10 @@ def _ar_step(target: Runner, root, root_pos, cfg, gen, timer, step):
         hidden, _ = target.forward(torch.tensor([root]), torch.tensor([root_pos]), None)
         target.commit(torch.tensor([0]))
         logits = target.logits(hidden)
-    tok = _pick(logits[0], cfg, gen)
+    best, top = target.top2(logits)
+    tok = _pick(logits[0], best[0], cfg, gen)
     rec = StepRecord(step=step, kind="ar", emitted=[tok], emitted_draft_p=[None], emitted_in_vocab=[True],
-                     **_margins(logits, target))
+                     **_margins(top, target))
     return rec, tok
 
 
@@ -192,7 +194,8 @@ def _spec_step(target: Runner, feed: DraftFeed, head: Head, ctx, root, root_pos,
     ev = head.on_verify(tree.tokens, logits, timer) if head is not None else None  # after extend: warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
-                     emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]], **_margins(logits[keep], target))
+                     emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]],
+                     **_margins(target.top2(logits[keep])[1], target))
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
                 "head_calls": tree.head_calls, "origin": tree.origin}
     _fill_stream(rec, ev, head)
@@ -209,18 +212,17 @@ def _fill_stream(rec, ev, head):
         rec.stream = {"entered": [], "left": [], "size_s": 0, "active": head.n_active() if head is not None else 0}
 
 
-def _margins(logits, target) -> dict:
-    """margin: top-1 minus top-2 logit per row; tie_tol: the margin within which rounding in the target's
-    logits dtype may flip the greedy choice (stats.tie_tolerance)."""
-    top2 = logits.topk(2, dim=-1).values
+def _margins(top2, target) -> dict:
+    """top2 [n, 2]: each row's two largest logits. margin: top-1 minus top-2 logit per row; tie_tol: the margin within
+    which rounding in the target's logits dtype may flip the greedy choice (stats.tie_tolerance)."""
     eps = torch.finfo(getattr(getattr(target, "head_weight", None), "dtype", torch.float32)).eps
     return {"margin": (top2[:, 0] - top2[:, 1]).tolist(),
             "tie_tol": [tie_tolerance(t, eps) for t in top2[:, 0].tolist()]}
 
 
-def _pick(logits_row, cfg, gen) -> int:
+def _pick(logits_row, greedy: int, cfg, gen) -> int:
     if cfg.temperature == 0:
-        return int(logits_row.argmax())
+        return greedy
     return int(torch.multinomial(target_probs(logits_row, cfg.temperature, cfg.top_p).cpu(), 1, generator=gen))  # gen: CPU
 
 

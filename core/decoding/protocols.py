@@ -45,6 +45,9 @@ class Runner(Protocol):
     def commit(self, keep: torch.Tensor) -> None:
         """Keep pending entries `keep` [m] (indices into the pending region, in order); drop the rest."""
 
+    def top2(self, logits: torch.Tensor) -> tuple[list, torch.Tensor]:
+        """logits [n, V] -> (the greedy token of each row as torch.argmax picks it, the two largest logits [n, 2])."""
+
 
 @runtime_checkable
 class DraftState(Protocol):

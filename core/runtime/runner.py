@@ -10,6 +10,11 @@ import torch
 from transformers import DynamicCache
 
 
+def top2(logits) -> tuple[list, torch.Tensor]:
+    """(argmax of each row, its two largest values [n, 2]): the greedy token and its margin, in torch."""
+    return logits.argmax(-1).tolist(), logits.topk(2, dim=-1).values
+
+
 def cache_kwarg(module) -> str:
     """The name the decoder's forward takes its KV cache under: `cache` (transformers 5.25) or `past_key_values`
     (5.17); passed under the other name, the cache is silently dropped into **kwargs."""
@@ -101,6 +106,9 @@ class EagerRunner:
         if self.softcap:
             z = torch.tanh(z / self.softcap) * self.softcap
         return z
+
+    def top2(self, logits) -> tuple[list, torch.Tensor]:
+        return top2(logits)
 
     def commit(self, keep) -> None:
         """Keep pending entries `keep` (indices into the pending region, in order); drop the rest."""

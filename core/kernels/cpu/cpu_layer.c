@@ -339,6 +339,50 @@ void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const f
 }
 
 
+/* top2_rows: for each row of x [n, V] fp32, idx[i] = the first index of its largest value (torch.argmax's pick) and
+ * top[2i], top[2i + 1] = its two largest values counting repeats (torch.topk(2)'s), in one pass: per lane the lane's
+ * first maximum and runner-up, then the lanes merged by (value, then lowest index). Returns 1 where a row holds a
+ * NaN or no value above -inf (torch ranks NaN first and picks index 0 of an all -inf row: the caller asks torch). */
+static inline void merge2(float a1, int64_t ai, float a2, float *b1, int64_t *bi, float *b2) {
+    if (a1 > *b1 || (a1 == *b1 && ai < *bi)) {
+        *b2 = *b1 > a2 ? *b1 : a2;
+        *b1 = a1, *bi = ai;
+    } else if (a1 > *b2) {
+        *b2 = a1;
+    }
+}
+
+static int top2_row(const float *x, int64_t V, int64_t *idx, float *top) {
+    float m1[LANES], m2[LANES];
+    int32_t i1[LANES], bad = 0;
+    for (int l = 0; l < LANES; l++) m1[l] = m2[l] = -INFINITY, i1[l] = INT32_MAX;
+    int64_t j = 0;
+    for (; j + LANES <= V; j += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float v = x[j + l];
+            int gt = v > m1[l];
+            bad |= v != v;
+            m2[l] = gt ? m1[l] : (v > m2[l] ? v : m2[l]);
+            i1[l] = gt ? (int32_t)(j + l) : i1[l];
+            m1[l] = gt ? v : m1[l];
+        }
+    float b1 = -INFINITY, b2 = -INFINITY;
+    int64_t bi = INT64_MAX;
+    for (int l = 0; l < LANES; l++) merge2(m1[l], i1[l], m2[l], &b1, &bi, &b2);
+    for (; j < V; j++) {
+        bad |= x[j] != x[j];
+        merge2(x[j], j, -INFINITY, &b1, &bi, &b2);
+    }
+    *idx = bi, top[0] = b1, top[1] = b2;
+    return bad || !(b1 > -INFINITY);
+}
+
+int top2_rows(const float *x, int64_t n, int64_t V, int64_t *idx, float *top) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= top2_row(x + i * V, V, idx + i, top + 2 * i);
+    return bad;
+}
+
 /* ---------------------------------------------------------------- int4 draft weights
  * int4_mm: int4 weights × dynamic-int8 activations, for a draft model's few rows (2 threads, OpenMP).
  * Weights: per output row n, groups of 64 inputs, w ≈ q · scale[n, g] + lo[n, g], q in 0..15, two groups per 64

@@ -41,6 +41,7 @@ SIGNATURES = {
     "codes_decode_avx": [ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int],
     "q8_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, ctypes.c_int, P, P, P, ctypes.c_int, P, P, P, ctypes.c_int],
     "lowrank_mm": [ctypes.c_int, P, ctypes.c_int, ctypes.c_int, P, ctypes.c_int, I, P, ctypes.c_int],
+    "top2_rows": [P, I, I, P, P],
     "q8_set_prefetch": [ctypes.c_int],
     "q8_set_pair_rows": [ctypes.c_int],
     "q8_set_stream": [ctypes.c_int],
@@ -106,7 +107,7 @@ def lib():
         _why.append(f"no C compiler could build the fused CPU kernels ({type(err).__name__})")
         return None
     for name, args in SIGNATURES.items():
-        getattr(so, name).argtypes, getattr(so, name).restype = args, None
+        getattr(so, name).argtypes, getattr(so, name).restype = args, ctypes.c_int if name == "top2_rows" else None
     for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     so.q8_set_prefetch(prefetch_setting())
@@ -172,6 +173,19 @@ def attend(qkv, bqkv, qn, kn, eps: float, cos, sin, kt, v, start: int, bias, a, 
                  kt.data_ptr(), v.data_ptr(), v.shape[1], start, bias.data_ptr(), n, a.n_heads, a.n_kv, a.hd, a.scale,
                  out.data_ptr(), is_bf16(out), torch.get_num_threads())
     return out
+
+
+def top2(logits):
+    """(argmax per row [n] int64, the two largest values per row [n, 2]) of fp32 logits [n, V], as torch.argmax (the
+    first of equal maxima) and torch.topk(2) give them, in one pass; None where a row holds a NaN or nothing above
+    -inf (torch's answer then), or the logits are not a contiguous fp32 CPU tensor."""
+    if logits.dtype != torch.float32 or logits.device.type != "cpu" or logits.dim() != 2 or not logits.is_contiguous():
+        return None
+    n, V = logits.shape
+    idx, top = torch.empty(n, dtype=torch.long), torch.empty(n, 2)
+    if n == 0 or V < 2 or lib().top2_rows(logits.data_ptr(), n, V, idx.data_ptr(), top.data_ptr()):
+        return None
+    return idx, top
 
 
 def int4_available() -> bool:
