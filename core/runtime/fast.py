@@ -168,6 +168,7 @@ class FastRunner:
             kt[..., :keep_rows], v[:, :, :keep_rows] = self.kt[..., :keep_rows], self.v[:, :, :keep_rows]
             row_pos[:keep_rows] = self.row_pos[:keep_rows]
         self.kt, self.v, self.row_pos, self.max_len = kt, v, row_pos, max_len
+        self.open_row = torch.zeros(1, max_len, dtype=self.att)  # a decode step's bias: every entry visible (read only)
         self.rope = {w["rope"]: rope_table(self.model, max_len, self.act, w["rope"]) for w in self.layers}
 
     def reset(self) -> None:
@@ -182,11 +183,13 @@ class FastRunner:
         new entries become pending."""
         n, C, P, a = ids.shape[0], self.n_committed, self.n_pending, self.arch
         start = C + P
-        need = max(start + n, int(pos.max()) + 1)  # rows, and rope rows (a drafter's positions run one ahead)
+        step = n == 1 and mask is None  # one new row that sees every entry: no mask to build, no positions to gather
+        last = int(pos[0]) if step else int(pos.max())
+        need = max(start + n, last + 1)  # rows, and rope rows (a drafter's positions run one ahead)
         if need > self.max_len:
             self._alloc(2 * need, keep_rows=start)
         self.row_pos[start:start + n] = pos
-        bias = self._biases(tree_bias(mask, n, C, P, self.att), pos, start + n)
+        bias = self._biases(self.open_row[:, :start + 1] if step else tree_bias(mask, n, C, P, self.att), pos, start + n)
         if embeds is None:
             x = F.embedding(ids, self.embed).to(self.act)
             x = x * a.embed_scale if a.embed_scale != 1.0 else x
@@ -194,7 +197,8 @@ class FastRunner:
             x = embeds.to(self.act, copy=True).contiguous()  # the fused kernels update x in place
         self.n_pending += n
         if self.kernels:
-            rope = {k: (cos[pos], sin[pos]) for k, (cos, sin) in self.rope.items()}
+            at = slice(last, last + 1) if step else pos
+            rope = {k: (cos[at], sin[at]) for k, (cos, sin) in self.rope.items()}
             if self.one_call is not None and not (start == 0 and n >= PREFILL_ROWS):  # (a prefill: weights.mm)
                 return self.one_call(x, rope, bias, self.kt, self.v, start, a, self.dtype), x.to(self.dtype)
             return (fused_layers(x, self.layers, self.kt, self.v, rope, bias, start, self.norm_w, a, self.dtype),
@@ -210,7 +214,8 @@ class FastRunner:
         G = 1 if self.kernels else self.arch.n_heads // self.arch.n_kv
         out = {}
         for w in {w["window"] for w in self.layers}:
-            out[w] = (window_bias(bias, pos, self.row_pos, w) if w and S > w else bias).repeat(G, 1)
+            b = window_bias(bias, pos, self.row_pos, w) if w and S > w else bias
+            out[w] = b.repeat(G, 1) if G > 1 else b
         return out
 
     def logits(self, hidden):
