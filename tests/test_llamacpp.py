@@ -197,7 +197,18 @@ def test_the_avx2_cap_takes_the_avx2_only_build_and_names_its_build_command(tmp_
         (bin_dir / tool).touch()
     assert llamacpp_build.binary("llama-completion") == bin_dir / "llama-completion"
     monkeypatch.setenv("SPECLENS_CPU_ISA", "avx512")
+    assert llamacpp_build.peer_flavor() == "avx512"
+    monkeypatch.setenv("SPECLENS_CPU_ISA", "amx")
     assert llamacpp_build.peer_flavor() == "native"
+
+
+def test_the_avx512_build_has_avx512_and_its_int8_dots_but_no_amx():
+    flags = llamacpp_build.FLAVORS["avx512"]
+    assert "-DGGML_NATIVE=OFF" in flags
+    for feature in ("AVX512", "AVX512_VNNI", "AVX512_BF16"):
+        assert f"-DGGML_{feature}=ON" in flags
+    for feature in ("AMX_TILE", "AMX_INT8", "AMX_BF16"):
+        assert f"-DGGML_{feature}=OFF" in flags
 
 
 def test_the_avx2_build_turns_off_every_feature_above_avx2():

@@ -18,8 +18,9 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the llama.cpp tools into the cache (idempotent, resumable)")
     b.add_argument("--jobs", type=int, default=2)
-    b.add_argument("--flavor", choices=("native", "avx2"), default="native",
-                   help="native: every feature of this CPU; avx2: AVX2 + FMA only (the peer under SPECLENS_CPU_ISA=avx2)")
+    b.add_argument("--flavor", choices=("native", "avx512", "avx2"), default="native",
+                   help="native: every feature of this CPU; avx512: AVX-512 + VNNI + BF16, no AMX (the peer under "
+                        "SPECLENS_CPU_ISA=avx512); avx2: AVX2 + FMA only (the peer under SPECLENS_CPU_ISA=avx2)")
     sub.add_parser("bench", help="our AR beside llama.cpp, interleaved per prompt (see llamacpp_bench)", add_help=False)
     sub.add_parser("tg", help="llama-bench's tg tok/s of each model's GGUF", add_help=False)
     args, rest = p.parse_known_args(argv)

@@ -1,9 +1,10 @@
 """llama.cpp as a benchmark peer, never a runtime dependency: built from the vendored tree of the llama-cpp-python source
 package (cmake + ninja, Release, only the tools compared with) into the cache root, resumable, logged.
 
-Two flavours: `native` (every feature of this CPU: its AMX / AVX-512 kernels) and `avx2` (AVX2 + FMA + F16C only,
-no AVX-512, AVX-VNNI or AMX), the peer of our runs under SPECLENS_CPU_ISA=avx2: `peer_flavor()` picks the one the cap
-asks for, so a capped benchmark compares like with like on one machine."""
+Three flavours: `native` (every feature of this CPU: its AMX / AVX-512 kernels), `avx512` (AVX-512 with VNNI, VBMI and
+BF16, no AMX: the build an AVX-512 CPU without AMX runs, e.g. Zen 4), the peer of our runs under SPECLENS_CPU_ISA=avx512,
+and `avx2` (AVX2 + FMA + F16C only, no AVX-512, AVX-VNNI or AMX), the peer under SPECLENS_CPU_ISA=avx2: `peer_flavor()`
+picks the one the cap asks for, so a capped benchmark compares like with like on one machine."""
 import shutil
 import subprocess
 import sys
@@ -28,13 +29,17 @@ FLAVORS = {
              "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF",
              "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
              "-DGGML_AMX_BF16=OFF"),
+    "avx512": ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+               "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON",
+               "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+               "-DGGML_AMX_BF16=OFF"),
 }
 
 
 def peer_flavor() -> str:
-    """The build that is our peer under the ISA cap: avx2 where SPECLENS_CPU_ISA caps at avx2, native otherwise."""
+    """The build that is our peer under the ISA cap: avx2 or avx512 where SPECLENS_CPU_ISA caps there, native otherwise."""
     from core.kernels.cpu import isa
-    return "avx2" if isa.cap() == "avx2" else "native"
+    return isa.cap() if isa.cap() in ("avx2", "avx512") else "native"
 
 
 def not_built(flavor: str | None = None) -> str:
