@@ -13,7 +13,7 @@ from core.decoding.engine import generate
 from core.decoding.heads import build_head
 from core.runtime.runner import EagerRunner
 from core.trace.stats import compare_to_ar, summarize
-from core.decoding.tree import Tree, merge_context, verify_inputs
+from core.decoding.tree import Tree, accept_greedy, merge_context, verify_inputs
 from test_sampling import DRAFT, TARGET, BigramRunner, chi2_pvalue, exact_joint
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -81,6 +81,18 @@ def test_merged_tree_mask_and_positions_match_a_brute_force_reference(seed):
 
 def depth_of(t, i):
     return 1 if t.parents[i] < 0 else 1 + depth_of(t, t.parents[i])
+
+
+def test_greedy_acceptance_follows_the_argmax_and_returns_the_two_largest_logits_of_each_row_it_read():
+    t = Tree()
+    a = t.add(5, -1, 0.0, 0.0)
+    t.add(7, a, 0.0, 0.0)
+    t.add(3, -1, 0.0, 0.0)
+    logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(0))
+    logits[0, 5], logits[1, 2] = 9.0, 9.0  # root -> 5 (node 0) accepted; node 0 wants 2, which is not its child 7
+    path, bonus, top = accept_greedy(t, logits)
+    assert (path, bonus) == ([0], 2)
+    assert torch.equal(top, logits[[0, 1]].topk(2, dim=-1).values)
 
 
 def test_a_branch_shares_the_prefix_the_model_tree_already_holds():

@@ -178,9 +178,10 @@ def _spec_step(target: Runner, feed: DraftFeed, head: Head, ctx, root, root_pos,
         hidden, feats = target.forward(ids, pos, mask)
         logits = target.logits(hidden)  # [1 + k, V]
     if cfg.temperature == 0:
-        path, bonus = accept_greedy(tree, logits)
+        path, bonus, top = accept_greedy(tree, logits, target.top2)
     else:
         path, bonus = accept_sample(tree, logits, cfg.temperature, cfg.top_p, gen)
+        top = None
     keep = torch.tensor([0] + [i + 1 for i in path])
     with timer("verify"):
         target.commit(keep)
@@ -195,7 +196,7 @@ def _spec_step(target: Runner, feed: DraftFeed, head: Head, ctx, root, root_pos,
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
                      emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]],
-                     **_margins(target.top2(logits[keep])[1], target))
+                     **_margins(target.top2(logits[keep])[1] if top is None else top, target))
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
                 "head_calls": tree.head_calls, "origin": tree.origin}
     _fill_stream(rec, ev, head)

@@ -169,15 +169,19 @@ def verify_inputs(t: Tree, root_token: int, root_pos: int):
     return ids, pos, mask
 
 
-def accept_greedy(t: Tree, logits) -> tuple:
-    """Follow the target's argmax through the tree: (accepted node indices, bonus token)."""
-    path, node = [], -1
+def accept_greedy(t: Tree, logits, top2=None) -> tuple:
+    """Follow the target's argmax through the tree: (accepted node indices, bonus token, the two largest logits of
+    each row it read [len(path) + 1, 2]: the root's, then the accepted nodes'). top2: a runner's Runner.top2."""
+    path, node, tops = [], -1, []
     kids = _children_by_token(t)
+    top2 = top2 or (lambda rows: (rows.argmax(-1).tolist(), rows.topk(2, dim=-1).values))
     while True:
-        tok = int(logits[node + 1].argmax())
+        best, top = top2(logits[node + 1:node + 2])
+        tok = best[0]
+        tops.append(top)
         nxt = kids.get((node, tok))
         if nxt is None:
-            return path, tok
+            return path, tok, torch.cat(tops)
         path.append(nxt)
         node = nxt
 
