@@ -344,6 +344,7 @@ def test_a_product_reads_the_interleaved_groups_instead_of_their_rows():
     assert c.read_bytes == c.x8.numel() + 4 * 8 * 20 + 8 * 210 and c.x8.numel() == 16 * 8 * 20
 
 
+@needs_q8
 def test_a_matrix_interleaved_whole_drops_its_raw_blocks_and_keeps_its_products():
     c, _ = matrix("Q4_K", n=32)
     slim = q8.slim(c)
