@@ -235,13 +235,14 @@ def at_context(data: dict, n_ctx: float) -> dict:
     return {**data, "verify": curve}
 
 
-def whole_run(data: dict, tau: float, t_step: float, run: tuple | None) -> float | None:
-    """cost.run_speedup for run = (prompt tokens, new tokens), from the calibration's prefill curves (None without)."""
+def whole_run(data: dict, tau: float, t_step: float, run: tuple | None, drafter: bool = True) -> float | None:
+    """cost.run_speedup for run = (prompt tokens, new tokens), from the calibration's prefill curves (None without);
+    drafter=False: no drafter prefill (the context alone runs no draft model: Pipeline.run)."""
     pre = data.get("prefill")
     if run is None or not pre:
         return None
     t_pre, t_dpre = (cost.interpolate(pre["rows"], pre[k], run[0]) for k in ("target", "draft"))
-    return cost.run_speedup(ar_ms(data), tau, t_step, run[1], t_pre, t_dpre)
+    return cost.run_speedup(ar_ms(data), tau, t_step, run[1], t_pre, t_dpre if drafter else 0.0)
 
 
 def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
@@ -258,7 +259,7 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
             return None
         tau, t_step = cs.alone()
         return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar,
-                       whole_run(data, tau, t_step, run), context=True)
+                       whole_run(data, tau, t_step, run, drafter=False), context=True)
     if method not in acc.get("heads", {}) or method not in data.get("head", {}):
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])

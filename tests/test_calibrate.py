@@ -10,6 +10,7 @@ import torch
 from conftest import peaky_tiny
 from core import calibration
 from core.config import SpecConfig
+from core.decoding import cost
 from core.decoding.draft import ModelDrafter
 from core.errors import SpecError
 from core.experiments import calibrate
@@ -449,3 +450,12 @@ def test_the_engine_runs_are_timed_before_the_cost_curves(pipe, args, monkeypatc
         calibrate.measure_costs(pipe, args, progress=lambda msg: None)
     first_curve = min(order.index(n) for n in ("verify_curve", "draft_curves", "prefill_curves"))
     assert "record_steps" in order and "record_steps" not in order[first_curve:]
+
+
+def test_the_context_alones_whole_run_pays_no_drafter_prefill():
+    data = linear_costs(10.0, 4.0, 2.0, 1.0) | {"other": {"ar": 1.0, calibration.CONTEXT: 1.0, calibration.CONTEXT_ONE: 1.0}}
+    data["prefill"]["draft"] = [500.0, 500.0]  # a drafter prefill that would swamp a short run
+    acc = {"context": {"tau": 1.5, "rows": 3.0, "drafted": 0.5}}
+    v = calibration.verdict(data, acc, "nanospec", None, run=(40, 8))
+    t_pre = cost.interpolate([16, 64], data["prefill"]["target"], 40)
+    assert v.run_speedup == pytest.approx(cost.run_speedup(v.t_ar_ms, v.tau, v.t_step_ms, 8, t_pre, 0.0))
