@@ -114,7 +114,7 @@ def _run_tab(example: dict, hub: bool) -> dict:
                                       label="Model ← draft", elem_id="model-dd",
                                       info="Target model and its drafter (Hub pairs appear when the Hub is reachable).")
             ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
-                                    info="ar plain · full full-vocab head · frspec static top-K · nanospec "
+                                    elem_id="method-radio", info="ar plain · full full-vocab head · frspec static top-K · nanospec "
                                          "dynamic I_t · slimspec low-rank head · nanoslim both")
             ui.update(_settings_accordion())
             with gr.Row():
