@@ -114,8 +114,8 @@ def _run_tab(example: dict, hub: bool) -> dict:
                                       label="Model ← draft", elem_id="model-dd",
                                       info="Target model and its drafter (Hub pairs appear when the Hub is reachable).")
             ui["method"] = gr.Radio(choices=[(f"{m}", m) for m in METHODS], value="nanospec", label="Method",
-                                    elem_id="method-radio", info="ar plain · full full-vocab head · frspec static top-K · nanospec "
-                                         "dynamic I_t · slimspec low-rank head · nanoslim both")
+                                    info="ar plain · full full-vocab head · frspec static top-K · nanospec "
+                                         "dynamic I_t · slimspec low-rank head · nanoslim both", elem_id="method-radio")
             ui.update(_settings_accordion())
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-btn")

@@ -271,8 +271,9 @@ STOP_PROMPT = "Write a very long story about a dragon who learns to cook."  # ru
 def test_stop_cancels_and_the_next_run_works(browser, url):
     page = open_page(browser, url)
     page.locator("#prompt-box textarea").fill(STOP_PROMPT)
-    page.locator("#method-radio").get_by_label("ar", exact=True).check()  # one token a step, whatever the text:
-    box = set_max_tokens(page, "512")  # the run is still going when Stop lands (seconds, not one frame)
+    # plain decoding, one token a step whatever the text: the run is still going when Stop lands (seconds, not a frame)
+    page.locator("#method-radio").get_by_label("ar", exact=True).check()
+    box = set_max_tokens(page, "512")
     page.locator("#run-btn").click()
     page.wait_for_selector("#source-note :text('Generating')", timeout=120_000)
     page.locator("#stop-btn").click()
