@@ -216,3 +216,29 @@ def test_the_avx2_build_turns_off_every_feature_above_avx2():
     assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX2=ON" in flags
     for feature in ("AVX512", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI", "AMX_INT8", "AMX_BF16"):
         assert f"-DGGML_{feature}=OFF" in flags
+
+
+def test_the_passes_command_without_a_build_exits_2_with_the_build_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
+    assert llamacpp.main(["passes", "--model", "smollm2-135m-instruct"]) == 2
+    assert "error: llama.cpp is not built: run python -m core.experiments.llamacpp build" in capsys.readouterr().err
+
+
+def test_a_peer_pass_is_llama_benchs_batch_of_n_tokens_after_the_depth_in_whole_batches(fake_build):
+    args = llamacpp_run.pass_args(Path("m.gguf"), 9, 2, 5, depth=64)
+    assert args[args.index("-p") + 1] == "9" and args[args.index("-n") + 1] == "0"
+    assert args[args.index("-d") + 1] == "64" and "-ub" not in args
+
+
+def test_peer_passes_read_ms_per_pass_from_llama_bench_and_name_a_crashed_batch(fake_build, monkeypatch):
+    from core.experiments import llamacpp_passes
+    (fake_build / "llama-bench").write_text(  # tok/s of a 1-token batch: 25; of more: 40; a batch of 16 crashes
+        '#!/bin/sh\nn=$(echo "$@" | sed "s/.*-p \\([0-9]*\\).*/\\1/")\n[ "$n" = 16 ] && kill -SEGV $$\n'
+        'ts=40; [ "$n" = 1 ] && ts=25\n'
+        'echo "[{\\"n_prompt\\": $n, \\"n_gen\\": 0, \\"n_depth\\": 64, \\"avg_ts\\": $ts}]"\n')
+    (fake_build / "llama-bench").chmod(0o755)
+    monkeypatch.setattr(llamacpp_passes, "gguf_of", lambda model: Path("m.gguf"))
+    out = llamacpp_passes.peer_passes("m", [1, 4, 16], 64, 2, 1)
+    assert out[1] == pytest.approx(40.0) and out[4] == pytest.approx(100.0)
+    assert out[16].startswith("crashed (llama-bench exit -11")
+    assert llamacpp_passes.cell(out[4], out[1]) == ("100.0", "2.50") and llamacpp_passes.cell(out[16], out[1])[1] == ""

@@ -1,10 +1,11 @@
-"""python -m core.experiments.llamacpp build | bench | tg: llama.cpp as a benchmark peer, never a runtime dependency.
+"""python -m core.experiments.llamacpp build | bench | tg | passes: llama.cpp as a benchmark peer, never a runtime dependency.
 
 `build` (core/experiments/llamacpp_build.py) compiles the `vendor/llama.cpp` tree of the llama-cpp-python source
 package (pip's ordinary client fetches it) with cmake + ninja, Release, native CPU, only the tools the benchmarks run,
 into `cache_root()/llamacpp/<version>/bin`; it is idempotent and resumable (ninja picks up where it stopped), with its
 progress in `build.log` there. `binary(name)` is the only way the benchmarks find a tool: SpecError if not built.
-The runners: core/experiments/llamacpp_run.py; the bench and bench_pair variants: llamacpp_bench.py.
+The runners: core/experiments/llamacpp_run.py; the bench and bench_pair variants: llamacpp_bench.py; a verify's
+pass beside llama.cpp's batch of as many tokens: llamacpp_passes.py.
 """
 import argparse
 import sys
@@ -23,13 +24,15 @@ def main(argv=None) -> int:
                         "SPECLENS_CPU_ISA=avx512); avx2: AVX2 + FMA only (the peer under SPECLENS_CPU_ISA=avx2)")
     sub.add_parser("bench", help="our AR beside llama.cpp, interleaved per prompt (see llamacpp_bench)", add_help=False)
     sub.add_parser("tg", help="llama-bench's tg tok/s of each model's GGUF", add_help=False)
+    sub.add_parser("passes", help="a pass over n rows, ours beside llama.cpp's (see llamacpp_passes)", add_help=False)
     args, rest = p.parse_known_args(argv)
     try:
         if args.cmd == "build":
             print(build(args.jobs, flavor=args.flavor))
             return 0
         from core.experiments.llamacpp_bench import bench_main, tg_main
-        return (bench_main if args.cmd == "bench" else tg_main)(rest)
+        from core.experiments.llamacpp_passes import passes_main
+        return {"bench": bench_main, "tg": tg_main, "passes": passes_main}[args.cmd](rest)
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -53,6 +53,13 @@ def bench_args(gguf: Path, n: int, threads: int, reps: int, depth: int = 0) -> l
             "-r", str(reps), "-o", "json", *(["-d", str(depth), "-ub", "1"] if depth else [])]
 
 
+def pass_args(gguf: Path, n: int, threads: int, reps: int, depth: int = 0) -> list:
+    """llama-bench's batch of n tokens after depth tokens of context (-p n -d depth), in whole batches: a verify's
+    pass of n rows as llama.cpp runs it, with the logits of its last row only."""
+    return [str(binary("llama-bench")), "-m", str(gguf), "-p", str(n), "-n", "0", "-t", str(threads), "-r", str(reps),
+            "-o", "json", *(["-d", str(depth)] if depth else [])]
+
+
 PERF = re.compile(r"(?P<what>prompt eval|\beval) time =\s*(?P<ms>[\d.]+) ms /\s*(?P<n>\d+) (?:tokens|runs)")
 PROMPT_TOKEN = re.compile(r"^(?:[\d.]+ [A-Z] )?\s*(\d+) -> '", re.M)  # after the log's "0.00.560.776 I " prefix
 SPEC = {k: re.compile(rf"{k}\s+(\d+) tokens in\s+([\d.]+) seconds") for k in ("encoded", "decoded")}

@@ -85,10 +85,10 @@ def build(cc: str = "cc") -> Path:
     return out
 
 
-def compile_so(cc: str, so: Path) -> None:
+def compile_so(cc: str, so: Path, sources: list = SOURCES) -> None:
     """-O3 -march=native, with OpenMP for int4_mm's and codes_mm's threads; without it (one thread) where the
     compiler has none."""
-    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, SOURCES), "-lm"]
+    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, sources), "-lm"]
     try:
         subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)
     except subprocess.CalledProcessError:
@@ -102,10 +102,15 @@ def lib():
         _why.append("turned off by SPECLENS_CPU_KERNELS=0")
         return None
     try:
-        so = ctypes.CDLL(str(build()))
+        return load(build())
     except (OSError, subprocess.SubprocessError) as err:
         _why.append(f"no C compiler could build the fused CPU kernels ({type(err).__name__})")
         return None
+
+
+def load(path: Path) -> ctypes.CDLL:
+    """A compiled library with its functions' signatures and q8_mm's prefetch settings from the environment."""
+    so = ctypes.CDLL(str(path))
     for name, args in SIGNATURES.items():
         getattr(so, name).argtypes, getattr(so, name).restype = args, ctypes.c_int if name == "top2_rows" else None
     for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):

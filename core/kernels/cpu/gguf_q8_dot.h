@@ -391,15 +391,21 @@ INL __m512 N(pair_ph)(const uint8_t *g0, const uint8_t *g1, int at) {
                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g1 + at))), 1);
 }
 
-/* dot4s over two groups in zmm, 16 outputs per vpdpbusd (every zmm kernel's integer sums) */
-INL __m512i N(dot4s16)(const __m512i *w, const int8_t *xq, const int T) {
+/* chains of vpdpbusd per row for R rows at once: one row needs four (vpdpbusd's latency, not its throughput, bounds
+ * fewer on Zen 4); from four rows on, the rows' single chains run beside each other and the chains' sums are saved */
+#define CHAINS(R) ((R) >= 6 ? 1 : (R) >= 3 ? 2 : 4)
+
+/* dot4s over two groups in zmm, 16 outputs per vpdpbusd (every zmm kernel's integer sums), in C chains: exact
+ * integers, the same whatever C */
+INL __m512i N(dot4s16)(const __m512i *w, const int8_t *xq, const int T, const int C) {
     __m512i s[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-    for (int t = 0; t < T; t++) {  /* four chains: vpdpbusd's latency, not its throughput, bounds fewer (Zen 4) */
+    for (int t = 0; t < T; t++) {
         int32_t x4;
         memcpy(&x4, xq + 4 * t, 4);
-        s[t % 4] = _mm512_dpbusd_epi32(s[t % 4], w[t], _mm512_set1_epi32(x4));
+        s[t % C] = _mm512_dpbusd_epi32(s[t % C], w[t], _mm512_set1_epi32(x4));
     }
-    return _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
+    for (int c = 1; c < C; c++) s[0] = _mm512_add_epi32(s[0], s[c]);
+    return s[0];
 }
 
 INL void N(nibble_groups16)(const uint8_t *g0, const uint8_t *g1, int at, __m512i w[8]) {
@@ -436,7 +442,7 @@ INL void N(dot_x16)(const int R, int type, const uint8_t *g0, const uint8_t *g1,
         for (int i = r0; i < r0 + R; i++) {
             size_t ai = (size_t)i * nb + b;
             const int8_t *xq = a->q32 + (size_t)i * k + 32 * b;
-            __m512i s = N(dot4s16)(w, xq, 8);
+            __m512i s = N(dot4s16)(w, xq, 8, CHAINS(R));
             if (off) s = _mm512_sub_epi32(s, _mm512_set1_epi32(off * a->s32[ai]));
             float dx = a->d32[ai];
             acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[i - r0]);
@@ -486,6 +492,25 @@ INL void N(q6k_codes16)(const uint8_t *g0, const uint8_t *g1, int pc, __m512i w[
     }
 }
 
+/* Q6_K's −32 of a superblock sb of two groups (offset p), per row: is −= 32 · Σ_j sc_j · bsum_j, from the 16 scales as
+ * i16 pairs (sc_2c, sc_2c+1) per output (vpdpwssd): the integers that subtracting 32 · bsum_j per sub-block gives */
+INL void N(q6k_offset16)(const int R, const uint8_t *g0, const uint8_t *g1, int p, const Act *a, int r0, int sb,
+                         __m512i *is) {
+    int k = a->k;
+    __m512i sp[8];
+    for (int c = 0; c < 8; c++) {  /* sc [2c][8], sc [2c + 1][8] of each group -> (sc_2c, sc_2c+1) of each output */
+        __m128i v0 = _mm_loadu_si128((const __m128i *)(g0 + p + 1536 + 16 * c)), v1 = _mm_loadu_si128((const __m128i *)(g1 + p + 1536 + 16 * c));
+        sp[c] = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpacklo_epi8(v1, _mm_srli_si128(v1, 8)), _mm_unpacklo_epi8(v0, _mm_srli_si128(v0, 8))));
+    }
+    for (int i = r0; i < r0 + R; i++) {
+        const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
+        __m512i o = _mm512_setzero_si512();
+        for (int c = 0; c < 8; c++)
+            o = _mm512_dpwssd_epi32(o, sp[c], _mm512_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * c] | (uint32_t)(uint16_t)bs[2 * c + 1] << 16)));
+        is[i - r0] = _mm512_sub_epi32(is[i - r0], _mm512_slli_epi32(o, 5));
+    }
+}
+
 /* the end of a Q6_K superblock sb of two groups (offset p): acc += is · (d · dx) per row */
 INL void N(q6k_scale16)(const int R, const uint8_t *g0, const uint8_t *g1, int p, const Act *a, int r0, int sb,
                         const __m512i *is, __m512 *acc) {
@@ -510,7 +535,7 @@ INL void N(dot_x16_q4k)(const int R, const uint8_t *g0, const uint8_t *g1, const
             __m512i sc = _mm512_cvtepu8_epi32(N(pair8)(g0, g1, p + 1024 + 8 * j));
             for (int i = r0; i < r0 + R; i++)
                 is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_mullo_epi32(
-                    N(dot4s16)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8), sc));
+                    N(dot4s16)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8, CHAINS(R)), sc));
         }
         N(q4k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
@@ -534,12 +559,11 @@ INL void N(dot_x16_q6k)(const int R, const uint8_t *g0, const uint8_t *g1, const
             __m512i sc1 = _mm512_cvtepi8_epi32(N(pair8)(g0, g1, p + 1536 + 16 * c + 8));
             for (int i = r0; i < r0 + R; i++) {
                 const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb + 32 * c;
-                const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb + 2 * c;
-                __m512i s0 = _mm512_sub_epi32(N(dot4s16)(w, xq, 4), _mm512_set1_epi32(32 * bs[0]));
-                __m512i s1 = _mm512_sub_epi32(N(dot4s16)(w + 4, xq + 16, 4), _mm512_set1_epi32(32 * bs[1]));
+                __m512i s0 = N(dot4s16)(w, xq, 4, CHAINS(R)), s1 = N(dot4s16)(w + 4, xq + 16, 4, CHAINS(R));
                 is[i - r0] = _mm512_add_epi32(is[i - r0], _mm512_add_epi32(_mm512_mullo_epi32(s0, sc0), _mm512_mullo_epi32(s1, sc1)));
             }
         }
+        N(q6k_offset16)(R, g0, g1, p, a, r0, sb, is);
         N(q6k_scale16)(R, g0, g1, p, a, r0, sb, is, acc);
     }
     for (int i = r0; i < r0 + R; i++) _mm512_storeu_ps(y + (size_t)i * n, acc[i - r0]);
