@@ -209,20 +209,29 @@ INL __m256i N(dpu8)(__m256i w, __m256i x) {
 #define DPU8(w, x) N(dpu8)(w, x)
 #endif
 
-/* Σ_t u_t · x[4t .. 4t+3] over T broadcast 4-input groups, per i32 lane (output) of 8: VNNI chains vpdpbusd; AVX2
- * adds `run` groups' vpmaddubsw pairs in i16 before one vpmaddwd (callers keep run · 2 · max u · 127 < 2^15) */
-INL __m256i N(dot4s)(const __m256i *w, const int8_t *xq, const int T, const int run) {
+#ifndef CHAINS
+/* vpdpbusd chains per row for R rows at once: one row needs four (vpdpbusd's latency, not its throughput, bounds fewer
+ * on Zen 4); with more rows the rows' chains run beside each other, and fewer chains save the adds that sum them */
+#define CHAINS(R) ((R) >= 6 ? 1 : (R) >= 3 ? 2 : 4)
+#endif
+
+/* Σ_t u_t · x[4t .. 4t+3] over T broadcast 4-input groups, per i32 lane (output) of 8: VNNI in C chains of vpdpbusd
+ * (the same exact integers whatever C); AVX2 adds `run` groups' vpmaddubsw pairs in i16 before one vpmaddwd (callers
+ * keep run · 2 · max u · 127 < 2^15) */
+INL __m256i N(dot4s)(const __m256i *w, const int8_t *xq, const int T, const int run, const int C) {
     __m256i s = _mm256_setzero_si256();
 #ifdef U8_SAFE
     (void)run;
-    __m256i c[4] = {s, s, s, s};  /* four chains: vpdpbusd's latency, not its throughput, bounds fewer (Zen 4) */
+    __m256i c[4] = {s, s, s, s};
     for (int t = 0; t < T; t++) {
         int32_t x4;
         memcpy(&x4, xq + 4 * t, 4);
-        c[t % 4] = DPBUSDA(c[t % 4], w[t], _mm256_set1_epi32(x4));
+        c[t % C] = DPBUSDA(c[t % C], w[t], _mm256_set1_epi32(x4));
     }
-    s = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+    s = c[0];
+    for (int j = 1; j < C; j++) s = _mm256_add_epi32(s, c[j]);
 #else
+    (void)C;
     for (int t0 = 0; t0 < T; t0 += run) {
         __m256i h = _mm256_setzero_si256();
         for (int t = t0; t < t0 + run; t++) {
@@ -277,7 +286,7 @@ INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, floa
             __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j)));
             for (int i = r0; i < r0 + R; i++)
                 is[i - r0] = _mm256_add_epi32(is[i - r0], _mm256_mullo_epi32(
-                    N(dot4s)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8, 8), sc));
+                    N(dot4s)(w, a->q256 + (size_t)i * k + 256 * sb + 32 * j, 8, 8, CHAINS(R)), sc));
         }
         __m256i mp[4];
         for (int q = 0; q < 4; q++) mp[q] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p + 1088 + 16 * q)));
@@ -296,6 +305,24 @@ INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, floa
         }
     }
     N(store_rows)(R, acc, r0, y, n);
+}
+
+/* Q6_K's −32 of an interleaved superblock sb (at p), per row: is −= 32 · Σ_j sc_j · bsum_j, from the 16 scales as i16
+ * pairs (sc_2c, sc_2c+1) per output: the integers that subtracting 32 · bsum_j per sub-block gives */
+INL void N(q6k_offset8)(const int R, const uint8_t *p, const Act *a, int r0, int sb, __m256i *is) {
+    int k = a->k;
+    __m256i sp[8];
+    for (int c = 0; c < 8; c++) {  /* sc [2c][8], sc [2c + 1][8] -> (sc_2c, sc_2c+1) of each output */
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + 1536 + 16 * c));
+        sp[c] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, _mm_srli_si128(v, 8)));
+    }
+    for (int i = r0; i < r0 + R; i++) {
+        const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
+        __m256i o = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++)
+            o = DPWSSD(o, sp[c], _mm256_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * c] | (uint32_t)(uint16_t)bs[2 * c + 1] << 16)));
+        is[i - r0] = _mm256_sub_epi32(is[i - r0], _mm256_slli_epi32(o, 5));
+    }
 }
 
 /* X8 Q6_K, per superblock of 1680 bytes: 8 chunks of 32 inputs, each 4 vectors of low nibbles (as Q4_K's) and 2 of
@@ -326,12 +353,11 @@ INL void N(dot_x8_q6k)(const int R, const uint8_t *g, const Act *a, int r0, floa
             __m256i sc1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 1536 + 16 * c + 8)));
             for (int i = r0; i < r0 + R; i++) {
                 const int8_t *xq = a->q256 + (size_t)i * k + 256 * sb + 32 * c;
-                const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb + 2 * c;
-                __m256i s0 = _mm256_sub_epi32(N(dot4s)(w, xq, 4, 2), _mm256_set1_epi32(32 * bs[0]));
-                __m256i s1 = _mm256_sub_epi32(N(dot4s)(w + 4, xq + 16, 4, 2), _mm256_set1_epi32(32 * bs[1]));
+                __m256i s0 = N(dot4s)(w, xq, 4, 2, CHAINS(R)), s1 = N(dot4s)(w + 4, xq + 16, 4, 2, CHAINS(R));
                 is[i - r0] = _mm256_add_epi32(is[i - r0], _mm256_add_epi32(_mm256_mullo_epi32(s0, sc0), _mm256_mullo_epi32(s1, sc1)));
             }
         }
+        N(q6k_offset8)(R, p, a, r0, sb, is);
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 1664)));
         for (int i = r0; i < r0 + R; i++)
             acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i - r0]), _mm256_mul_ps(d, _mm256_set1_ps(a->d256[(size_t)i * nsb + sb])), acc[i - r0]);
@@ -367,8 +393,8 @@ INL void N(dot_x8)(const int R, int type, const uint8_t *g, const Act *a, int r0
                     s = _mm256_add_epi32(s, DPU8(w[t], _mm256_set1_epi32(x4)));
                 }
             } else {
-                s = type == Q5_0 ? N(dot4s)(w, xq, 8, 4)   /* u ≤ 31: 4 groups' pairs ≤ 31496 in i16 */
-                                 : N(dot4s)(w, xq, 8, 8);  /* u ≤ 15: 8 groups' pairs ≤ 30480 in i16 */
+                s = type == Q5_0 ? N(dot4s)(w, xq, 8, 4, CHAINS(R))   /* u ≤ 31: 4 groups' pairs ≤ 31496 in i16 */
+                                 : N(dot4s)(w, xq, 8, 8, CHAINS(R));  /* u ≤ 15: 8 groups' pairs ≤ 30480 in i16 */
             }
             if (off) s = _mm256_sub_epi32(s, _mm256_set1_epi32(off * a->s32[at]));
             float dx = a->d32[at];
@@ -390,10 +416,6 @@ INL __m512 N(pair_ph)(const uint8_t *g0, const uint8_t *g1, int at) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g0 + at)))),
                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g1 + at))), 1);
 }
-
-/* chains of vpdpbusd per row for R rows at once: one row needs four (vpdpbusd's latency, not its throughput, bounds
- * fewer on Zen 4); from four rows on, the rows' single chains run beside each other and the chains' sums are saved */
-#define CHAINS(R) ((R) >= 6 ? 1 : (R) >= 3 ? 2 : 4)
 
 /* dot4s over two groups in zmm, 16 outputs per vpdpbusd (every zmm kernel's integer sums), in C chains: exact
  * integers, the same whatever C */
