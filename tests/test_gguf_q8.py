@@ -296,18 +296,29 @@ def test_a_draft_model_from_a_gguf_drafts_on_its_own_blocks_in_one_call_and_keep
 
 
 @needs_q8
-def test_a_prompts_prefill_of_enough_rows_multiplies_by_the_plain_copy_and_other_passes_by_the_blocks(tmp_path,
-                                                                                                     monkeypatch):
+def test_where_the_prompt_goes_on_the_plain_copy_its_prefill_of_enough_rows_does_and_other_passes_take_the_blocks(
+        tmp_path, monkeypatch):
+    from core.runtime import weights
     from core.runtime.fast import FastRunner
-    from core.runtime.weights import PREFILL_ROWS, mm
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
-    w = FastRunner(target).layers[0]["wgu"]
+    w, n = FastRunner(target).layers[0]["wgu"], weights.PREFILL_ROWS
     assert isinstance(w.codes, q8.RawCodes) and w.plain is not None
-    x = torch.randn(PREFILL_ROWS, w.codes.k, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(mm(x, w, prefill=True), x @ w.plain)
-    assert torch.equal(mm(x, w), q8.q8_mm(x, w.codes))
-    assert torch.equal(mm(x[:PREFILL_ROWS - 1], w, prefill=True), q8.q8_mm(x[:PREFILL_ROWS - 1], w.codes))
+    x = torch.randn(n, w.codes.k, generator=torch.Generator().manual_seed(5))
+    monkeypatch.setattr(weights, "prefill_on_plain", lambda: True)
+    assert torch.equal(weights.mm(x, w, prefill=True), x @ w.plain)
+    assert torch.equal(weights.mm(x, w), q8.q8_mm(x, w.codes))
+    assert torch.equal(weights.mm(x[:n - 1], w, prefill=True), q8.q8_mm(x[:n - 1], w.codes))
+    monkeypatch.setattr(weights, "prefill_on_plain", lambda: False)
+    assert torch.equal(weights.mm(x, w, prefill=True), q8.q8_mm(x, w.codes))
+
+
+@pytest.mark.parametrize("cap", ["avx512", "avx2", "amx"])
+def test_the_prompt_goes_on_the_plain_copy_only_where_q8_mm_runs_on_amx_tiles(monkeypatch, cap):
+    from core.runtime.weights import prefill_on_plain
+    monkeypatch.setenv(isa.ENV, cap)
+    assert prefill_on_plain() == (isa.q8_variant() == "amx")
+    assert cap == "amx" or not prefill_on_plain()
 
 
 def test_whole_groups_of_eight_outputs_are_interleaved_and_the_rest_kept_as_they_are():

@@ -22,6 +22,7 @@ from core.runtime.runner import EagerRunner, top2
 from core.runtime.weights import (
     MATRICES,
     PREFILL_ROWS,
+    prefill_on_plain,
     QUANTS,
     arch_of,
     exact_pads,
@@ -199,7 +200,7 @@ class FastRunner:
         if self.kernels:
             at = slice(last, last + 1) if step else pos
             rope = {k: (cos[at], sin[at]) for k, (cos, sin) in self.rope.items()}
-            if self.one_call is not None and not (start == 0 and n >= PREFILL_ROWS):  # (a prefill: weights.mm)
+            if self.one_call is not None and not (start == 0 and n >= PREFILL_ROWS and prefill_on_plain()):  # (mm's)
                 return self.one_call(x, rope, bias, self.kt, self.v, start, a, self.dtype), x.to(self.dtype)
             return (fused_layers(x, self.layers, self.kt, self.v, rope, bias, start, self.norm_w, a, self.dtype),
                     x.to(self.dtype))

@@ -52,7 +52,8 @@ QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group
 INT4_GROUP = 64
 
 
-PREFILL_ROWS = 8  # a prompt's pass of this many rows or more multiplies by the plain copy beside int8 blocks (mm)
+PREFILL_ROWS = 8  # a prompt's pass of this many rows or more multiplies by the plain copy beside int8 blocks where
+#                   prefill_on_plain() (mm)
 QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's
 
 
@@ -419,16 +420,23 @@ def rope_table(model, n: int, dtype, layer_type=None):
     return cos.contiguous(), torch.cat([-sin[:, :half], sin[:, half:]], -1).contiguous()
 
 
+def prefill_on_plain() -> bool:
+    """Whether a prompt's pass multiplies by the plain copy beside int8 blocks: where q8_mm runs on AMX tiles, beside
+    oneDNN's bf16 AMX products. Elsewhere the int8 blocks take the prompt faster (an AVX-512 Zen 4 without AMX: the
+    1.5B's prompt of 16 / 64 / 160 rows in 0.34 / 0.62 / 0.76 of the plain copy's time, docs/runtime.md)."""
+    return isa.q8_variant() == "amx"
+
+
 def mm(x, w: Forms, prefill: bool = False):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
     for up to QUANT_ROWS rows, else on the GGUF's codes if set, else packed (oneDNN) if set, else plain for one row
     (GEMV), blocked for more (one bmm over L2-sized blocks). prefill (the prompt's pass of PREFILL_ROWS rows or more,
-    the same pass for plain decoding and every method): the plain copy beside int8 blocks, whose integer dots cost
-    ~1 ms per row per 100M weights there."""
+    the same pass for plain decoding and every method): the plain copy beside int8 blocks where prefill_on_plain()."""
     plain, blocked, packed, quant, codes = w
     if quant is not None and x.shape[0] <= QUANT_ROWS:
         return cast(quant_mm(x, quant), x.dtype)
-    if prefill and plain is not None and isinstance(codes, gguf_q8.RawCodes) and x.shape[0] >= PREFILL_ROWS:
+    if prefill and plain is not None and isinstance(codes, gguf_q8.RawCodes) and x.shape[0] >= PREFILL_ROWS \
+            and prefill_on_plain():
         return cast(cast(x, plain.dtype) @ plain, x.dtype)
     if codes is not None:  # each row comes out the same whatever n is
         product = gguf_q8.q8_mm if isinstance(codes, gguf_q8.RawCodes) else gguf_codes.codes_mm
