@@ -52,8 +52,7 @@ QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group
 INT4_GROUP = 64
 
 
-PREFILL_ROWS = 8  # a prompt's pass of this many rows or more multiplies by the plain copy beside int8 blocks where
-#                   prefill_on_plain() (mm)
+PREFILL_ROWS = 8  # a prompt's pass of this many rows or more: the plain copy beside int8 blocks (mm, prefill_on_plain)
 QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's
 
 
@@ -423,7 +422,7 @@ def rope_table(model, n: int, dtype, layer_type=None):
 def prefill_on_plain() -> bool:
     """Whether a prompt's pass multiplies by the plain copy beside int8 blocks: where q8_mm runs on AMX tiles, beside
     oneDNN's bf16 AMX products. Elsewhere the int8 blocks take the prompt faster (an AVX-512 Zen 4 without AMX: the
-    1.5B's prompt of 16 / 64 / 160 rows in 0.34 / 0.62 / 0.76 of the plain copy's time, docs/runtime.md)."""
+    1.5B's prompt of 16 / 64 / 160 rows in 0.35 / 0.62 / 0.75 of the plain copy's time, docs/runtime.md)."""
     return isa.q8_variant() == "amx"
 
 
