@@ -267,6 +267,18 @@ INL void N(store_rows)(const int R, const __m256 *acc, int r0, float *y, int n) 
     }
 }
 
+/* two i16 lo, hi as one i32 lane (lo in the low half): a vpmaddwd / vpdpwssd pair broadcast to every lane */
+INL int N(i16_pair)(int lo, int hi) {
+    return (int)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+}
+
+/* Q6_K's scales of sub-blocks 2c, 2c + 1 of an interleaved group (sc [2c][8], sc [2c + 1][8] at q) as the byte pairs
+ * (sc_2c, sc_2c+1) of each output */
+INL __m128i N(scale_pairs)(const uint8_t *q) {
+    __m128i v = _mm_loadu_si128((const __m128i *)q);
+    return _mm_unpacklo_epi8(v, _mm_srli_si128(v, 8));
+}
+
 /* X8 Q4_K (gguf_q8.py: pack_x8_k), per superblock of 1184 bytes: 8 chunks of 32 inputs (sub-blocks j) of 4 code
  * vectors, sc [8 j][8] u8, m [4][8][2] u8 (pairs j = 2p, 2p + 1), d [8], dmin [8] fp16. Per row:
  *   s = Σ_j sc_j · Σ_t u_t · x_t      mb = Σ_j m_j · bsum_j      (exact integers)
@@ -297,7 +309,7 @@ INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, floa
             __m256i mb = _mm256_setzero_si256();
             for (int q = 0; q < 4; q++) {
                 int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];  /* bsum of sub-blocks 2q, 2q + 1 */
-                mb = _mm256_add_epi32(mb, _mm256_madd_epi16(mp[q], _mm256_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
+                mb = _mm256_add_epi32(mb, _mm256_madd_epi16(mp[q], _mm256_set1_epi32(N(i16_pair)(b0, b1))));
             }
             __m256 dx = _mm256_set1_ps(a->d256[(size_t)i * nsb + sb]);
             acc[i - r0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i - r0]), _mm256_mul_ps(d, dx), acc[i - r0]);
@@ -312,15 +324,12 @@ INL void N(dot_x8_q4k)(const int R, const uint8_t *g, const Act *a, int r0, floa
 INL void N(q6k_offset8)(const int R, const uint8_t *p, const Act *a, int r0, int sb, __m256i *is) {
     int k = a->k;
     __m256i sp[8];
-    for (int c = 0; c < 8; c++) {  /* sc [2c][8], sc [2c + 1][8] -> (sc_2c, sc_2c+1) of each output */
-        __m128i v = _mm_loadu_si128((const __m128i *)(p + 1536 + 16 * c));
-        sp[c] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, _mm_srli_si128(v, 8)));
-    }
+    for (int c = 0; c < 8; c++) sp[c] = _mm256_cvtepi8_epi16(N(scale_pairs)(p + 1536 + 16 * c));
     for (int i = r0; i < r0 + R; i++) {
         const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
         __m256i o = _mm256_setzero_si256();
         for (int c = 0; c < 8; c++)
-            o = DPWSSD(o, sp[c], _mm256_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * c] | (uint32_t)(uint16_t)bs[2 * c + 1] << 16)));
+            o = DPWSSD(o, sp[c], _mm256_set1_epi32(N(i16_pair)(bs[2 * c], bs[2 * c + 1])));
         is[i - r0] = _mm256_sub_epi32(is[i - r0], _mm256_slli_epi32(o, 5));
     }
 }
@@ -493,7 +502,7 @@ INL void N(q4k_scale16)(const int R, const uint8_t *g0, const uint8_t *g1, int p
         __m512i mb = _mm512_setzero_si512();
         for (int q = 0; q < 4; q++) {
             int b0 = bs[4 * q] + bs[4 * q + 1], b1 = bs[4 * q + 2] + bs[4 * q + 3];
-            mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32((int)((uint32_t)(uint16_t)b0 | (uint32_t)b1 << 16))));
+            mb = _mm512_add_epi32(mb, _mm512_madd_epi16(mp[q], _mm512_set1_epi32(N(i16_pair)(b0, b1))));
         }
         __m512 dx = _mm512_set1_ps(a->d256[(size_t)i * nsb + sb]);
         acc[i - r0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[i - r0]), _mm512_mul_ps(d, dx), acc[i - r0]);
@@ -520,15 +529,13 @@ INL void N(q6k_offset16)(const int R, const uint8_t *g0, const uint8_t *g1, int 
                          __m512i *is) {
     int k = a->k;
     __m512i sp[8];
-    for (int c = 0; c < 8; c++) {  /* sc [2c][8], sc [2c + 1][8] of each group -> (sc_2c, sc_2c+1) of each output */
-        __m128i v0 = _mm_loadu_si128((const __m128i *)(g0 + p + 1536 + 16 * c)), v1 = _mm_loadu_si128((const __m128i *)(g1 + p + 1536 + 16 * c));
-        sp[c] = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpacklo_epi8(v1, _mm_srli_si128(v1, 8)), _mm_unpacklo_epi8(v0, _mm_srli_si128(v0, 8))));
-    }
+    for (int c = 0; c < 8; c++)
+        sp[c] = _mm512_cvtepi8_epi16(_mm256_set_m128i(N(scale_pairs)(g1 + p + 1536 + 16 * c), N(scale_pairs)(g0 + p + 1536 + 16 * c)));
     for (int i = r0; i < r0 + R; i++) {
         const int16_t *bs = a->bs16 + (size_t)i * (k / 16) + 16 * sb;
         __m512i o = _mm512_setzero_si512();
         for (int c = 0; c < 8; c++)
-            o = _mm512_dpwssd_epi32(o, sp[c], _mm512_set1_epi32((int)((uint32_t)(uint16_t)bs[2 * c] | (uint32_t)(uint16_t)bs[2 * c + 1] << 16)));
+            o = _mm512_dpwssd_epi32(o, sp[c], _mm512_set1_epi32(N(i16_pair)(bs[2 * c], bs[2 * c + 1])));
         is[i - r0] = _mm512_sub_epi32(is[i - r0], _mm512_slli_epi32(o, 5));
     }
 }
