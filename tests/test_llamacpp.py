@@ -168,6 +168,19 @@ def test_the_peer_bound_sets_the_gguf_floor_beside_llamas_measured_step(tmp_path
                      "llamacpp_of_floor": 0.25}
 
 
+def test_a_gguf_that_asks_for_bos_has_llama_cpp_add_it_and_one_that_does_not_leaves_it_to_the_text(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+    for flag in (True, False, None):
+        path = tmp_path / f"m{flag}.gguf"
+        w = GGUFWriter(str(path), "gemma3")
+        if flag is not None:
+            w.add_add_bos_token(flag)
+        w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+        w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+        assert llamacpp_bench.adds_bos(path) is bool(flag)
+
+
 def smollm2_ready() -> bool:
     from core.models import converted_dir, source_gguf
     return llamacpp_build.built() and source_gguf("smollm2-135m-instruct") is not None \

@@ -55,9 +55,18 @@ def draft_max_of(pipe, draft_max: int) -> int:
 
 
 def templated(pipe, text: str) -> tuple[str, list]:
-    """(our chat-templated prompt text, its ids): the text llama.cpp gets and the ids its tokenization must equal."""
+    """(our chat-templated prompt text, its ids): the text llama.cpp gets and the ids its tokenization must equal.
+    Where the GGUF tells llama.cpp to add BOS itself (gemma), the text leaves our leading BOS out."""
     ids = pipe.prompt_ids(text)
-    return pipe.tokenizer.decode(ids, skip_special_tokens=False), ids
+    skip = 1 if ids and ids[0] == pipe.tokenizer.bos_token_id and adds_bos(gguf_of(pipe.model_id)) else 0
+    return pipe.tokenizer.decode(ids[skip:], skip_special_tokens=False), ids
+
+
+def adds_bos(path) -> bool:
+    """Whether llama.cpp prepends BOS to a prompt of this GGUF (its tokenizer.ggml.add_bos_token)."""
+    from gguf import GGUFReader
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.add_bos_token")
+    return bool(field is not None and field.contents())
 
 
 def our_decode(records) -> tuple[int, float]:
