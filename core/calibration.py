@@ -179,6 +179,7 @@ class Verdict:
     t_ar_ms: float
     run_speedup: float | None = None  # predicted for the whole run (prefills included: cost.run_speedup)
     context: bool = False         # drafting from the context (alone, or beside the model's tree)
+    ceiling: float | None = None  # step for step, a draft the target always accepts (cost.ceiling); None: no model
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -270,7 +271,7 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
         tau, t_step = with_model(c, method, s, tau, cs)
         name += " + context"
     return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run),
-                   context=cs is not None)
+                   context=cs is not None, ceiling=cost.ceiling(c, method, t_ar)[1])
 
 
 def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None, probe: dict | None = None) -> dict:

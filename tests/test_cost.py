@@ -134,3 +134,16 @@ def test_the_drafts_engine_scale_multiplies_the_draft_and_nothing_else():
     c, s = flat_costs(), Shape(3, 2, 6)
     scaled = Costs(**(c.__dict__ | {"draft_scale": 2.0}))
     assert step_ms(scaled, "full", s, 2.0) - step_ms(c, "full", s, 2.0) == pytest.approx(cost.draft_ms(c, "full", s, 2.0))
+
+
+def test_the_ceiling_is_the_best_chain_of_a_draft_the_target_always_accepts():
+    c = flat_costs(verify=10.0, per_row=0.5, backbone=2.0, head=1.0)
+    shape, x = cost.ceiling(c, "full")
+    sure = Acceptance([[1.0]] * 6)
+    assert shape.chain and x == pytest.approx(predicted_speedup(c, sure, "full", shape))
+    assert x >= max(predicted_speedup(c, Acceptance([[0.6, 0.3, 0.1]] * 6), "full", s) for s in shape_grid())
+
+
+def test_a_draft_as_costly_as_the_target_has_a_ceiling_below_plain_decoding():
+    c = Costs(verify=[10.0 + n for n in range(32)], backbone=[10.0] * 8, head={"full": [0.0] * 8})
+    assert cost.ceiling(c, "full")[1] < 1.0

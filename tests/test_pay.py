@@ -54,3 +54,10 @@ def test_the_verdict_follows_the_measured_speedup_and_says_when_tau_disagrees():
     r = pay_reason(report(), tau=1.07, speedup=1.04)
     assert r.startswith("Speculation pays here") and "By τ it should lose" in r
     assert "By τ" not in pay_reason(report(), tau=1.03, speedup=0.8)
+
+
+def test_the_sentence_names_the_ceiling_a_draft_always_accepted_would_reach():
+    r = report()
+    r["run"]["ceiling"] = 1.31
+    assert "always accepted would gain at most 1.31×" in pay_reason(r, tau=1.03, speedup=0.8)
+    assert "at most" not in pay_reason(report(), tau=1.03, speedup=0.8)  # the context alone: no drafter, no ceiling

@@ -23,7 +23,7 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
     if tau is None:
         sp = predicted(run)
         verdict = "pays" if sp >= PAYS_AT else "loses"
-        return f"Predicted to {verdict[:-1]} here ({sp:.2f}×): {why}; predicted τ {run['tau']:.2f}."
+        return f"Predicted to {verdict[:-1]} here ({sp:.2f}×): {why}; predicted τ {run['tau']:.2f}.{_ceiling(run)}"
     got = f"this run's drafts gave τ {tau:.2f}" + (f" ({speedup:.2f}× measured)" if speedup else "")
     by_tau = tau >= be
     pays = speedup >= PAYS_AT if speedup else by_tau
@@ -31,7 +31,15 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
     if pays != by_tau:
         text += (f" By τ it should {'gain' if by_tau else 'lose'}: the two timed runs differ by more than the costs "
                  "predict, as timings on a busy or shared machine do.")
-    return text
+    return text + _ceiling(run)
+
+
+def _ceiling(run: dict) -> str:
+    """The most this drafter's costs allow here: a draft the target always accepts (cost.ceiling)."""
+    if run.get("ceiling") is None:
+        return ""
+    return (f" At these costs even a draft the target always accepted would gain at most {run['ceiling']:.2f}× "
+            "step for step.")
 
 
 def _costs_line(cost: dict) -> str:

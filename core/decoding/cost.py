@@ -9,6 +9,7 @@ a node's chance to be on the accepted path is the product of a along its path, a
 (the drafter first takes in the τ tokens the last step emitted, then drafts level by level; σ, the draft's time in the
 engine over the curves', is measured: there the drafter and the head run between target passes)
     speedup over plain decoding = τ · t_verify(1) / t_step                              (Costs, per machine)
+Its ceiling is that of a drafter the target always accepts (a = 1 along a chain): what no acceptance can beat here.
 A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
 emit to match plain decoding.
 With context drafting on, a fraction f of steps finds a continuation in the token history (core/decoding/context.py),
@@ -132,6 +133,14 @@ def best_of(grid, speedup) -> tuple:
 def best_shape(c: Costs, acc: Acceptance, method: str, grid=None) -> tuple:
     """(the shape of highest predicted speedup, that speedup)."""
     return best_of(grid or shape_grid(), lambda s: predicted_speedup(c, acc, method, s))
+
+
+def ceiling(c: Costs, method: str, t_ar: float | None = None, grid=None) -> tuple:
+    """(the chain, its speedup over a plain step of t_ar, default t_verify(1)) where the target accepts every drafted
+    token (a[d][0] = 1): the most any drafter with these costs gains on this machine, whatever its acceptance."""
+    chains = [s for s in grid or shape_grid() if s.chain]
+    t_ar = t_ar or c.at(c.verify, 1)
+    return best_of(chains, lambda s: (s.depth + 1) * t_ar / step_ms(c, method, s, s.depth + 1))
 
 
 def model_share(gain: float) -> float:

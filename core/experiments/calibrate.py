@@ -431,8 +431,11 @@ def main(argv=None) -> int:
     if acc is None:
         print(f"no acceptance table at {acceptance_path(pipe)}: run with --acceptance for the verdicts")
         return 0
-    print("method     shape                   τ pred  break-even τ  speedup pred  best choice             best speedup")
+    print("method     shape                   τ pred  break-even τ  speedup pred  best choice             best speedup"
+          "  ceiling")
     for r in verdicts(pipe, costs, acc):
+        ceiling = f"{r['ceiling']:9.2f}" if r.get("ceiling") is not None else "        —"
         print(f"{r['method']:<10} {r['shape']:<22} {r['tau']:7.2f}  {r['break_even_tau']:12.2f}  "
-              f"{r['speedup']:12.2f}  {r['best_shape']:<22} {r['best_speedup']:12.2f}")
+              f"{r['speedup']:12.2f}  {r['best_shape']:<22} {r['best_speedup']:12.2f}{ceiling}")
+    print("ceiling: step for step, a draft the target always accepts (the most any acceptance gains at these costs)")
     return 0
