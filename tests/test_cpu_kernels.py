@@ -145,6 +145,30 @@ def test_top2_leaves_a_row_with_a_nan_or_nothing_above_minus_infinity_to_torch(b
     torch.testing.assert_close(top, x.topk(2, dim=-1).values, equal_nan=True, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("V, k", [(16, 16), (49157, 16), (151936, 64), (1000, 256)])
+def test_topk_gives_torchs_values_and_the_lowest_indices_among_equal_values(V, k):
+    x = rand(5, V)
+    x[1, :] = 0.5  # every value tied: the first k indices
+    x[2, V - 1] = x[2].max() + 1  # the maximum in the tail
+    x[3] = rand(V, seed=1).bfloat16().float()  # bf16-rounded: many exact repeats
+    val, idx = cpu_layer.topk(x, k)
+    want = x.topk(k, dim=-1).values
+    assert torch.equal(val, want) and torch.equal(x.gather(1, idx), val)
+    assert idx[1].tolist() == list(range(k))
+    for row, got in zip(x, idx):  # among equal values, ascending indices: a stable descending sort's order
+        assert got.tolist() == torch.sort(row, descending=True, stable=True).indices[:k].tolist()
+
+
+@pytest.mark.parametrize("bad", ["nan", "all -inf", "k past 256"])
+def test_topk_leaves_a_nan_too_few_finite_values_or_a_large_k_to_torch(bad):
+    x = rand(2, 300)
+    if bad == "all -inf":
+        x[1, 2:] = float("-inf")  # 2 values above -inf, 3 asked
+    elif bad == "nan":
+        x[1, 7] = float("nan")
+    assert cpu_layer.topk(x, 257 if bad == "k past 256" else 3) is None
+
+
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
     from core.experiments.tiny import tiny_model
 

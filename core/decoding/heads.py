@@ -20,7 +20,7 @@ from contextlib import nullcontext
 import torch
 
 from core.kernels import triton as kernels
-from core.kernels.cpu import lowrank_mm
+from core.kernels.cpu import cpu_layer, lowrank_mm
 from core.errors import SpecError
 from core.trace.record import SOURCES
 from core.decoding.stream import CandidateStream, StreamEvent
@@ -105,8 +105,7 @@ class DraftHead:
         up, down, m = self.preview
         low = (self.over_v(h.float() @ down.float().T) if self.over_v is not None
                else kernels.lowrank_logits(h, down, up, None, self.backend))
-        top = low.topk(min(m, up.shape[0]), dim=-1)
-        top = top.indices.unique().cpu()  # U: union of the rows' top-m, [n, d] @ [d, r] @ [r, V]
+        top = _topk(low, min(m, up.shape[0])).unique().cpu()  # U: union of the rows' top-m, [n, d] @ [d, r] @ [r, V]
         return top[self.stream.slot_of[top] < 0]
 
     def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
@@ -139,7 +138,13 @@ class DraftHead:
 def _topk_ids(logits, k) -> torch.Tensor:
     if k == 0 or logits.numel() == 0:
         return _empty()
-    return logits.topk(k, dim=-1).indices.reshape(-1).cpu()
+    return _topk(logits, k).reshape(-1).cpu()
+
+
+def _topk(x, k) -> torch.Tensor:
+    """[n, k] indices of each row's k largest, best first: one C pass on the CPU (cpu_layer.topk), else torch's."""
+    got = cpu_layer.topk(x, k) if x.device.type == "cpu" else None
+    return got[1] if got is not None else x.topk(k, dim=-1).indices
 
 
 def _empty():

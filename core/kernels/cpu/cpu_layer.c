@@ -383,6 +383,35 @@ int top2_rows(const float *x, int64_t n, int64_t V, int64_t *idx, float *top) {
     return bad;
 }
 
+/* topk_rows: for each row of x [n, V] fp32, its k largest values and their indices [n, k], best first, equal values
+ * in index order (torch.topk's set; its order among equal values is unspecified). One pass: 16 values at a time are
+ * compared with the k-th best so far, and only a group holding a larger one is merged into the sorted k. Returns 1
+ * where a row holds a NaN or fewer than k values above -inf (the caller asks torch). k ≤ 256. */
+static int topk_row(const float *x, int64_t V, int k, int64_t *idx, float *val) {
+    float thr = -INFINITY;
+    int have = 0, bad = 0;
+    for (int64_t j = 0; j < V; j += LANES) {
+        int m = V - j < LANES ? (int)(V - j) : LANES, any = 0;
+        for (int l = 0; l < m; l++) any |= x[j + l] > thr, bad |= x[j + l] != x[j + l];
+        if (!any) continue;
+        for (int l = 0; l < m; l++) {
+            float v = x[j + l];
+            if (!(v > thr)) continue;
+            int p = have < k ? have++ : k - 1;  /* the slot freed at the end, then moved up past smaller values */
+            while (p > 0 && val[p - 1] < v) val[p] = val[p - 1], idx[p] = idx[p - 1], p--;
+            val[p] = v, idx[p] = j + l;
+            if (have == k) thr = val[k - 1];
+        }
+    }
+    return bad || have < k;
+}
+
+int topk_rows(const float *x, int64_t n, int64_t V, int k, int64_t *idx, float *val) {
+    int bad = k > 256 || k > V;
+    for (int64_t i = 0; i < n && !bad; i++) bad |= topk_row(x + i * V, V, k, idx + i * k, val + i * k);
+    return bad;
+}
+
 /* ---------------------------------------------------------------- int4 draft weights
  * int4_mm: int4 weights × dynamic-int8 activations, for a draft model's few rows (2 threads, OpenMP).
  * Weights: per output row n, groups of 64 inputs, w ≈ q · scale[n, g] + lo[n, g], q in 0..15, two groups per 64
