@@ -109,10 +109,13 @@ def lib():
         return None
 
 
-def load(path: Path) -> ctypes.CDLL:
-    """A compiled library with its functions' signatures and q8_mm's prefetch settings from the environment."""
+def load(path: Path, missing_ok: bool = False) -> ctypes.CDLL:
+    """A compiled library with its functions' signatures and q8_mm's prefetch settings from the environment;
+    missing_ok: an older revision's build (bench_q8_revs) may lack functions added since."""
     so = ctypes.CDLL(str(path))
     for name, args in SIGNATURES.items():
+        if missing_ok and not hasattr(so, name):
+            continue
         status = name in ("top2_rows", "topk_rows")  # 1: torch must answer
         getattr(so, name).argtypes, getattr(so, name).restype = args, ctypes.c_int if status else None
     for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
