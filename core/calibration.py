@@ -90,7 +90,8 @@ def cached(pipe) -> tuple:
 def costs_of(data: dict, method: str) -> cost.Costs:
     mixed = data["other"].get(MIXED, {}).get("model", 0.0)
     return cost.Costs(verify=data["verify"], backbone=data["backbone"], head=data["head"], other=data["other"][method],
-                      mixed=mixed, draft_scale=data.get("draft_scale", {}).get(method) or 1.0)
+                      mixed=mixed, draft_scale=data.get("draft_scale", {}).get(method) or 1.0,
+                      keeps=bool(data.get("drafter_keeps")))
 
 
 def shape_of(cfg: SpecConfig) -> cost.Shape | None:
@@ -142,29 +143,32 @@ def context_steps(data: dict, acc: dict, mixed: bool = False) -> ContextSteps | 
     return ContextSteps(f, tau_c, rows_c, c.at_rows(c.verify, rows_c) + o_c, t_1)
 
 
-def step_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, intake=None) -> tuple:
+def step_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, intake=None,
+               held: float = 0.0) -> tuple:
     """(τ, t_ms) of the four kinds of step ModelSwitch mixes: plain, the model's tree, the context's branch, both;
-    intake: the tokens the drafter takes in first at a step that drafts the model (None: τ_m, the model every step)."""
-    t_m = cost.step_ms(c, method, s, tau_m if intake is None else intake) + c.mixed
+    intake: the tokens emitted since the drafter's last step, at a step that drafts the model (None: τ_m, the model
+    every step), of which it kept `held` drafts (cost.expected_held, where it keeps them)."""
+    take = max((tau_m if intake is None else intake) - held, 1.0) if c.keeps else (tau_m if intake is None else intake)
+    t_m = cost.step_ms(c, method, s, take) + c.mixed
     t_both = t_m - c.at(c.verify, s.size + 1) + c.at_rows(c.verify, s.size + cs.rows_c)  # both trees' rows
     return (1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both)
 
 
-def mixed_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps) -> tuple:
+def mixed_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, held: float = 0.0) -> tuple:
     """step_kinds with the drafter's catch-up (cost.catch_up): the rarer the model's steps, the more tokens each takes
     in first (the pair on an AMD EPYC: 237–326 ms of draft backbone at a 32nd-step exploration, against ~65 ms a step
     drafting every step), which makes them rarer still: a fixed point."""
-    kinds = step_kinds(c, method, s, tau_m, cs)
+    kinds = step_kinds(c, method, s, tau_m, cs, held=held)
     for _ in range(4):
         w = cost.shares(*kinds, cs.f)
         tau = sum(p * k[0] for p, k in zip(w, kinds))
-        kinds = step_kinds(c, method, s, tau_m, cs, cost.catch_up(tau, w[1] + w[3]))
+        kinds = step_kinds(c, method, s, tau_m, cs, cost.catch_up(tau, w[1] + w[3]), held)
     return kinds
 
 
-def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps) -> tuple:
+def with_model(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: ContextSteps, held: float = 0.0) -> tuple:
     """(τ, t_step) of the model's tree s beside the context's steps, as ModelSwitch mixes them (cost.switched)."""
-    return cost.switched(*mixed_kinds(c, method, s, tau_m, cs), cs.f)
+    return cost.switched(*mixed_kinds(c, method, s, tau_m, cs, held), cs.f)
 
 
 @dataclass
@@ -265,10 +269,10 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
     tau = 1 + cost.expected_accepted(ac, s)
-    t_step, name = cost.step_ms(c, method, s, tau), shape_name(s)
+    t_step, name = cost.step_ms(c, method, s, cost.intake(c, ac, s, tau)), shape_name(s)
     cs = context_steps(data, acc, mixed=True) if context else None
     if cs is not None:  # ModelSwitch starts from this calibration (switch_prior): no warm-up
-        tau, t_step = with_model(c, method, s, tau, cs)
+        tau, t_step = with_model(c, method, s, tau, cs, cost.expected_held(ac, s))
         name += " + context"
     return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run),
                    context=cs is not None, ceiling=cost.ceiling(c, method, t_ar)[1])
@@ -307,8 +311,9 @@ def switch_prior(pipe, cfg: SpecConfig) -> SwitchPrior | None:
     if cs is None:
         return None
     c = costs_of(data, cfg.method)
-    tau_m = 1 + cost.expected_accepted(cost.Acceptance(acc["heads"][cfg.method]["a"]), s)
-    plain, model, ctx, both = mixed_kinds(c, cfg.method, s, tau_m, cs)
+    ac = cost.Acceptance(acc["heads"][cfg.method]["a"])
+    tau_m = 1 + cost.expected_accepted(ac, s)
+    plain, model, ctx, both = mixed_kinds(c, cfg.method, s, tau_m, cs, cost.expected_held(ac, s))
     return SwitchPrior(ms=((plain[1], model[1]), (ctx[1], both[1])), model_tokens=(model[0] - 1, both[0] - ctx[0]))
 
 

@@ -33,7 +33,7 @@ def test_positions_past_the_measured_table_are_never_accepted():
 def test_the_step_pays_for_the_intake_every_level_and_the_verify_rows():
     c = flat_costs(verify=10.0, per_row=0.5, backbone=2.0, head=1.0)
     # intake 2 + first head 1 + 2 levels x (2 + 1) + verify over 7 rows 13
-    assert step_ms(c, "full", Shape(3, 2, 6), tau=2.0) == pytest.approx(2 + 1 + 6 + 13)
+    assert step_ms(c, "full", Shape(3, 2, 6), intake=2.0) == pytest.approx(2 + 1 + 6 + 13)
 
 
 def test_a_perfect_free_draft_speeds_up_by_its_tokens_per_step():
@@ -69,7 +69,7 @@ def test_a_cheap_draft_gets_a_deep_tree_and_a_costly_one_a_short_chain():
     acc = Acceptance([[0.7, 0.2, 0.1, 0.05]] * 6)
     cheap, _ = best_shape(per_row_costs(0.05, 0.02), acc, "full")
     costly, x = best_shape(per_row_costs(1.0, 0.5), acc, "full")
-    assert cheap.depth >= 4 and cheap.top_k >= 2 and costly.chain and costly.depth <= 2
+    assert cheap.depth >= 4 and cheap.top_k >= 2 and costly.chain and costly.depth <= 3
     assert x == max(predicted_speedup(per_row_costs(1.0, 0.5), acc, "full", s) for s in shape_grid())
 
 
@@ -147,3 +147,13 @@ def test_the_ceiling_is_the_best_chain_of_a_draft_the_target_always_accepts():
 def test_a_draft_as_costly_as_the_target_has_a_ceiling_below_plain_decoding():
     c = Costs(verify=[10.0 + n for n in range(32)], backbone=[10.0] * 8, head={"full": [0.0] * 8})
     assert cost.ceiling(c, "full")[1] < 1.0
+
+
+def test_a_drafter_that_keeps_its_accepted_drafts_takes_in_only_the_rest():
+    acc, s = Acceptance([[0.8], [0.5], [0.5]]), Shape(3, 1, 3)
+    assert cost.expected_held(acc, s) == pytest.approx(0.8 + 0.4)  # the expanded levels: depths 1 and 2, not 3
+    tau = 1 + expected_accepted(acc, s)
+    keeps = Costs(verify=[10.0] * 32, backbone=[2.0 * w for w in range(1, 9)], head={"full": [0.0] * 8}, keeps=True)
+    takes_all = Costs(verify=[10.0] * 32, backbone=keeps.backbone, head=keeps.head)
+    assert cost.intake(keeps, acc, s, tau) == pytest.approx(tau - 1.2) and cost.intake(takes_all, acc, s, tau) == tau
+    assert predicted_speedup(keeps, acc, "full", s) > predicted_speedup(takes_all, acc, "full", s)

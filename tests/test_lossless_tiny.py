@@ -117,3 +117,27 @@ def test_a_stop_request_ends_the_run_marked_with_its_reason(tiny_target):
     recs = list(generate(target, drafter, build_head("full", drafter.head_weight, cfg), PROMPT, cfg,
                          should_stop=lambda: next(calls)))
     assert recs[-1].cut == "time limit" and len(recs) == 3
+
+
+class TakesAllIn(ModelDrafter):
+    """A draft model that drops its drafts at every rollback and takes every emitted token in again."""
+
+    def rollback(self, keep=()) -> int:
+        return super().rollback(())
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_a_draft_model_keeps_its_accepted_drafts_and_drafts_as_if_it_had_taken_them_in(tiny_target, ar_records, shape):
+    cfg = SpecConfig(method="full", shape=shape, gamma=3, max_new_tokens=40, context="off")  # a self-draft
+    runs = []
+    for drafter_class in (ModelDrafter, TakesAllIn):
+        drafter = drafter_class(EagerRunner(tiny_target))
+        head = build_head(cfg.method, drafter.head_weight, cfg)
+        runs.append(list(generate(EagerRunner(tiny_target), drafter, head, PROMPT, cfg)))
+    kept, again = runs
+    held, most = [r.tree["held"] for r in kept[1:]], [min(len(r.accepted), 3 - 1) for r in kept[1:]]  # depth 3
+    # a chain expands every level but the last; a tree only each level's k best, which the accepted node may not be
+    assert held == most if shape == "chain" else all(h <= m for h, m in zip(held, most)) and sum(held) > len(held)
+    assert all(r.tree["held"] == 0 for r in again[1:])
+    assert [r.tree["tokens"] for r in kept[1:]] == [r.tree["tokens"] for r in again[1:]]
+    assert compare_to_ar(kept, ar_records)["identical"]

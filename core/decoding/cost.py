@@ -7,7 +7,8 @@ a node's chance to be on the accepted path is the product of a along its path, a
     E[accepted] = Σ_{kept nodes} Π_path a          E[tokens per step] τ = 1 + E[accepted]
     t_step = σ · (t_backbone(τ) + t_head(1) + (D − 1) · (t_backbone(k) + t_head(k))) + t_verify(size + 1) + t_other
 (the drafter first takes in the τ tokens the last step emitted, then drafts level by level; σ, the draft's time in the
-engine over the curves', is measured: there the drafter and the head run between target passes)
+engine over the curves', is measured: there the drafter and the head run between target passes; a draft model keeps
+the accepted drafts of its expanded levels, E[held] of them, and takes in τ − E[held])
     speedup over plain decoding = τ · t_verify(1) / t_step                              (Costs, per machine)
 Its ceiling is that of a drafter the target always accepts (a = 1 along a chain): what no acceptance can beat here.
 A chain of γ is the tree (γ, 1, γ). The break-even τ of a shape is t_step / t_verify(1): the tokens a step must
@@ -42,6 +43,7 @@ class Costs:
     other: float = 0.0            # per step: stream upkeep, acceptance, bookkeeping
     mixed: float = 0.0            # per step beside the context's drafts: the bookkeeping over `other`
     draft_scale: float = 1.0      # the draft's time in the engine over the curves' (between target passes there)
+    keeps: bool = False           # the drafter keeps its accepted drafts (Drafter.keeps_drafts): intake τ − held
 
     @staticmethod
     def at(xs: list, n: int) -> float:
@@ -94,28 +96,44 @@ def expected_accepted(acc: Acceptance, s: Shape) -> float:
     return sum(sorted(values, reverse=True)[:s.size])
 
 
-def draft_ms(c: Costs, method: str, s: Shape, tau: float) -> float:
-    """The draft of one step of shape s with head `method`, after a step that emitted tau tokens, as the curves time it."""
+def expected_held(acc: Acceptance, s: Shape) -> float:
+    """E[accepted draft tokens the drafter already holds]: those of the expanded levels, every one but the last (the k
+    best of each level, as draft_tree expands them)."""
+    held, frontier = 0.0, [1.0]
+    for d in range(s.depth - 1):
+        frontier = sorted((v * acc.p(d, r) for v in frontier for r in range(s.top_k)), reverse=True)[:s.top_k]
+        held += sum(frontier)
+    return held
+
+
+def intake(c: Costs, acc: Acceptance, s: Shape, tau: float) -> float:
+    """The tokens the drafter takes in first at a step: what the last step emitted, less the accepted drafts it kept."""
+    return max(tau - expected_held(acc, s), 1.0) if c.keeps else tau
+
+
+def draft_ms(c: Costs, method: str, s: Shape, intake: float) -> float:
+    """The draft of one step of shape s with head `method`, the drafter first taking in `intake` tokens (a mean: read
+    between the whole row counts), as the curves time it."""
     head = c.head[method]
-    return c.at(c.backbone, round(tau)) + c.at(head, 1) + (s.depth - 1) * (c.at(c.backbone, s.top_k) + c.at(head, s.top_k))
+    return c.at_rows(c.backbone, intake) + c.at(head, 1) + (s.depth - 1) * (c.at(c.backbone, s.top_k) + c.at(head, s.top_k))
 
 
-def step_ms(c: Costs, method: str, s: Shape, tau: float) -> float:
-    """t_step of one speculative step of shape s with head `method`, after a step that emitted tau tokens."""
-    return draft_ms(c, method, s, tau) * c.draft_scale + c.at(c.verify, s.size + 1) + c.other
+def step_ms(c: Costs, method: str, s: Shape, intake: float) -> float:
+    """t_step of one speculative step of shape s with head `method`, the drafter first taking in `intake` tokens."""
+    return draft_ms(c, method, s, intake) * c.draft_scale + c.at(c.verify, s.size + 1) + c.other
 
 
 def predicted_speedup(c: Costs, acc: Acceptance, method: str, s: Shape) -> float:
     tau = 1 + expected_accepted(acc, s)
-    return tau * c.at(c.verify, 1) / step_ms(c, method, s, tau)
+    return tau * c.at(c.verify, 1) / step_ms(c, method, s, intake(c, acc, s, tau))
 
 
-def break_even_tau(c: Costs, method: str, s: Shape) -> float:
+def break_even_tau(c: Costs, method: str, s: Shape, held: float = 0.0) -> float:
     """Tokens per step that shape s must emit to match plain decoding on this machine (τ = t_step / t_verify(1),
-    solved with the drafter's intake at that τ)."""
+    solved with the drafter's intake at that τ, less `held` where it keeps its accepted drafts)."""
     tau = 1.0
     for _ in range(8):  # a fixed point: t_step grows slowly with τ (one drafter pass over τ rows)
-        tau = step_ms(c, method, s, tau) / c.at(c.verify, 1)
+        tau = step_ms(c, method, s, max(tau - held, 1.0) if c.keeps else tau) / c.at(c.verify, 1)
     return tau
 
 
@@ -140,7 +158,8 @@ def ceiling(c: Costs, method: str, t_ar: float | None = None, grid=None) -> tupl
     token (a[d][0] = 1): the most any drafter with these costs gains on this machine, whatever its acceptance."""
     chains = [s for s in grid or shape_grid() if s.chain]
     t_ar = t_ar or c.at(c.verify, 1)
-    return best_of(chains, lambda s: (s.depth + 1) * t_ar / step_ms(c, method, s, s.depth + 1))
+    held = (lambda s: s.depth - 1) if c.keeps else (lambda s: 0)  # every expanded draft accepted
+    return best_of(chains, lambda s: (s.depth + 1) * t_ar / step_ms(c, method, s, s.depth + 1 - held(s)))
 
 
 def model_share(gain: float) -> float:

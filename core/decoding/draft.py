@@ -12,6 +12,8 @@ class DraftState:
 
 
 class ModelDrafter:
+    keeps_drafts = True  # a draft's cache entry is its token's, as extend would make it
+
     def __init__(self, runner, name="self"):
         self.runner, self.name = runner, name
         self.head_weight = runner.head_weight
@@ -37,5 +39,8 @@ class ModelDrafter:
         hidden, _ = self.runner.forward(ids, pos, mask)
         return DraftState(hidden)
 
-    def rollback(self) -> None:
-        self.runner.commit(torch.zeros(0, dtype=torch.long))
+    def rollback(self, keep=()) -> int:
+        """Commit the pending rows `keep` (accepted drafts, in order), drop the rest: their tokens are in the cache."""
+        self.runner.commit(torch.as_tensor(list(keep), dtype=torch.long))
+        self.pos += len(keep)
+        return len(keep)

@@ -228,6 +228,7 @@ class EagleDrafter:
     pending entries, tree masks) and applies the target's final norm."""
 
     name = "eagle"
+    keeps_drafts = False  # a draft's entry rests on the head's own feature, not the target's: taken in again
 
     def __init__(self, head, head_weight, runtime="eager"):
         from core.runtime.fast import make_runner
@@ -287,5 +288,6 @@ class EagleDrafter:
         feat = parent.state if parent.state.shape[0] == k else parent.state.expand(k, -1)
         return self._step(feat, ids.view(-1).to(self.device), pos.view(-1), mask.to(torch.bool))
 
-    def rollback(self):
+    def rollback(self, keep=()) -> int:
         self.runner.commit(torch.zeros(0, dtype=torch.long))
+        return 0

@@ -1,6 +1,7 @@
 """The decoding engine: a generator that yields one StepRecord per step.
 
-    prefill → [draft_tree (+ context branches) → verify → accept → update stream → extend drafter]* (speculative)
+    prefill → [draft_tree (+ context branches) → verify → accept → keep the drafter's accepted drafts → update stream
+               → extend drafter with the rest]* (speculative)
     prefill → [one target step]*                                                              (method "ar")
 
 A drafter of None with a context drafter is pure prompt lookup: the tree holds context branches only,
@@ -19,6 +20,7 @@ from core.decoding.tree import (
     accept_greedy,
     accept_sample,
     draft_tree,
+    held_rows,
     merge_context,
     target_probs,
     tree_shape,
@@ -162,8 +164,6 @@ def _draft(feed: DraftFeed, head: Head, ctx, root_pos, cfg, gen, timer) -> Tree:
     tree = Tree()
     if feed is not None and (ctx is None or ctx.use_model(branches)):
         tree = draft_tree(feed.drafter, head, feed.flush(timer), root_pos, cfg, gen, timer, prune=ctx is None)
-        with timer("draft_backbone"):
-            feed.drafter.rollback()
     if ctx is None:
         return tree
     size = len(tree) if not tree or cfg.temperature > 0 else min(len(tree), tree_shape(cfg)[2])
@@ -185,20 +185,24 @@ def _spec_step(target: Runner, feed: DraftFeed, head: Head, ctx, root, root_pos,
     keep = torch.tensor([0] + [i + 1 for i in path])
     with timer("verify"):
         target.commit(keep)
+    held = 0
+    if feed is not None and tree.head_calls:  # the drafter keeps the accepted drafts it holds, drops the rest
+        with timer("draft_backbone"):
+            held = feed.drafter.rollback(held_rows(tree, path))
     # membership in the I_t the draft used at this step
     in_vocab = head.in_vocab(tree.tokens + [bonus]) if head is not None else [True] * (len(tree) + 1)
     emitted = [tree.tokens[i] for i in path] + [bonus]
     if ctx is not None:
         ctx.update(emitted)
     if feed is not None:
-        feed.push(torch.tensor(emitted), feats[keep], timer)
+        feed.push(torch.tensor(emitted[held:]), feats[keep][held:], timer)
     ev = head.on_verify(tree.tokens, logits, timer) if head is not None else None  # after extend: warm caches
     rec = StepRecord(step=step, kind="step", accepted=path, emitted=emitted,
                      emitted_draft_p=[float(torch.tensor(tree.logp[i]).exp()) for i in path] + [None],
                      emitted_in_vocab=[in_vocab[i] for i in path] + [in_vocab[-1]],
                      **_margins(target.top2(logits[keep])[1] if top is None else top, target))
     rec.tree = {"tokens": tree.tokens, "parents": tree.parents, "logp": tree.logp, "in_vocab": in_vocab[:-1],
-                "head_calls": tree.head_calls, "origin": tree.origin}
+                "head_calls": tree.head_calls, "origin": tree.origin, "held": held}
     _fill_stream(rec, ev, head)
     if ctx is not None and ctx.switch is not None:
         ctx.switch.observe(tree.head_calls > 0, (time.perf_counter() - t0) * 1000,

@@ -62,6 +62,7 @@ class Drafter(Protocol):
     name: str                         # "self", "eagle" or the draft model's id
     d: int                            # width of the head input
     head_weight: torch.Tensor         # the draft's full LM head W [V, d]: rows of every draft Head
+    keeps_drafts: bool                # rollback keeps the accepted drafts' entries (a draft model; EAGLE: False)
 
     def prefill(self, prompt_ids: torch.Tensor, first: int, feats: torch.Tensor) -> DraftState:
         """prompt_ids [n]; first = the token the target emitted after the prompt; feats [n, D] = the target's
@@ -75,8 +76,10 @@ class Drafter(Protocol):
         """Tree nodes ids, pos [k] under `parent` (one row per node); mask bool [k, n_pending + k].
         The new entries become pending."""
 
-    def rollback(self) -> None:
-        """Drop every pending entry."""
+    def rollback(self, keep=()) -> int:
+        """Drop every pending entry but `keep` (pending rows of accepted draft tokens, in order), which a drafter that
+        holds its drafts as the tokens they are (a draft model) commits, so extend need not take them in again.
+        Returns how many it kept (EAGLE: 0; its drafts' entries rest on its own features, not the target's)."""
 
 
 @runtime_checkable

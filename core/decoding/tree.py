@@ -23,10 +23,12 @@ class Tree:
     score: list = field(default_factory=list)  # cumulative log q
     q: dict = field(default_factory=dict)  # parent node -> (ids_map, q over I) used to sample its children
     origin: list = field(default_factory=list)  # "model" | "context"
+    row: list = field(default_factory=list)  # the drafter's pending row of an expanded node, else -1
     head_calls: int = 0
 
-    def add(self, token, parent, logp, score, origin="model") -> int:
+    def add(self, token, parent, logp, score, origin="model", row=-1) -> int:
         self.origin.append(origin)
+        self.row.append(row)
         self.tokens.append(int(token))
         self.parents.append(parent)
         self.logp.append(float(logp))
@@ -78,7 +80,7 @@ def draft_tree(drafter: Drafter, head: Head, root: DraftState, root_pos: int, cf
         parent = DraftState(states.head_in[parent_rows], None if states.state is None else states.state[parent_rows])
         mask = _expand_mask(t, nxt, pend)
         for i in nxt:
-            pend[i] = len(pend)
+            pend[i] = t.row[i] = len(pend)
         ids = torch.tensor([t.tokens[i] for i in nxt])
         pos = torch.tensor([root_pos + t.depth[i] for i in nxt])
         with timer("draft_backbone"):
@@ -130,7 +132,8 @@ def _prune(t: Tree, size: int, fixed=()) -> Tree:
     out = Tree(head_calls=t.head_calls)
     out.q = {remap.get(p, p): q for p, q in t.q.items() if p < 0 or p in remap}
     for i in keep:
-        out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i], t.origin[i])
+        out.add(t.tokens[i], -1 if t.parents[i] < 0 else remap[t.parents[i]], t.logp[i], t.score[i], t.origin[i],
+                t.row[i])
     return out
 
 
@@ -184,6 +187,17 @@ def accept_greedy(t: Tree, logits, top2=None) -> tuple:
             return path, tok, torch.cat(tops)
         path.append(nxt)
         node = nxt
+
+
+def held_rows(t: Tree, path: list) -> list:
+    """The drafter's pending rows of the accepted path's leading expanded nodes: the drafts it already holds (every
+    level but the last is expanded, so they lead the path)."""
+    rows = []
+    for i in path:
+        if t.row[i] < 0:
+            break
+        rows.append(t.row[i])
+    return rows
 
 
 def _children_by_token(t: Tree) -> dict:

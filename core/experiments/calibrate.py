@@ -175,8 +175,9 @@ DRAFT_TIMERS = ("draft_backbone", "lm_head")  # the engine's timers of the parts
 def record_steps(pipe, method: str, prompts, n_new: int, **over) -> list:
     """Engine runs' steps as timed (one run of n_new tokens per prompt), one (wall ms, draft timers ms, rows, context,
     intake, drafted, verify timer ms) per step: the wall time from one record to the next, the drafter's and head's
-    timers, the rows verified, the tokens committed before it, the tokens the step before it emitted, whether the
-    model drafted, and the engine's timer of its target pass."""
+    timers, the rows verified, the tokens committed before it, the tokens the drafter took in first (those the step
+    before it emitted, less the accepted drafts it kept), whether the model drafted, and the engine's timer of its
+    target pass."""
     cfg = config_for(pipe, method, max_new_tokens=n_new, **({"context": "off"} | over))
     steps = []
     for prompt in [prompts] if isinstance(prompts, str) else prompts:
@@ -188,7 +189,8 @@ def record_steps(pipe, method: str, prompts, n_new: int, **over) -> list:
                 drafted = r.kind == "step" and bool(r.tree and r.tree.get("head_calls"))
                 timers = sum(r.timing_ms[k] for k in DRAFT_TIMERS)
                 steps.append((1e3 * (now - t), timers, rows, ctx, intake, drafted, r.timing_ms["verify"]))
-            ctx, intake, t = ctx + len(r.emitted), len(r.emitted), now
+            held = (r.tree or {}).get("held", 0) if r.kind == "step" else 0  # accepted drafts the drafter kept
+            ctx, intake, t = ctx + len(r.emitted), len(r.emitted) - held, now
     return steps
 
 
@@ -299,7 +301,8 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     other[MIXED] = {"model": 0.0 if got["model"] is None else got["model"] - other[head]} | beside_context(got, other)
     mean_verify = [statistics.mean(v[i] for v in verify.values()) for i in range(args.rows)]
     return {"verify": mean_verify, "verify_by_context": {str(c): v for c, v in verify.items()}, "backbone": backbone,
-            "head": heads, "draft_scale": scale, "other": other, "prefill": prefill}
+            "head": heads, "draft_scale": scale, "other": other, "prefill": prefill,
+            "drafter_keeps": bool(getattr(pipe.drafter, "keeps_drafts", False))}
 
 
 # ---------------------------------------------------------------- measuring acceptance
