@@ -26,6 +26,7 @@ SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
 CONTEXT_ONE = "context_one"  # the costs' entry for the 1-row steps of a context run (CONTEXT: its continued steps)
 MIXED = "mixed"  # the costs' entry for steps beside the context: {"model": ms over the head's own, CONTEXT, CONTEXT_ONE}
+STREAM_METHODS = ("nanospec", "nanoslim")  # heads whose S⁽⁰⁾ reads every prompt row's logits (with K_pre > 0)
 MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
 
 
@@ -46,12 +47,13 @@ def machine() -> dict:
             "isa_cap": os.environ.get("SPECLENS_CPU_ISA", ""), "cores": os.cpu_count()}
 
 
-MEASURES = 9  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
+MEASURES = 10  # how `calibrate` measures (a new value makes every cache stale); 2: each step's overhead from its
 #               wall time, each verify point timed in a row of its own passes; 3: the mixed steps' overheads and the
 #               draft's scale; 4: a context run's 1-row and continued steps' bookkeeping apart, over two prompts;
 #               5: the verify curve timed from the most rows down; 6: past 17 rows every 4th, linear between;
 #               7: each head's steps over the two step prompts (one prompt's ~7 steps of the pair swung by 50 ms);
-#               8: plain decoding's bookkeeping against its own steps' target passes; 9: every kind's (step_rest)
+#               8: plain decoding's bookkeeping against its own steps' target passes; 9: every kind's (step_rest);
+#               10: the prefill's root row's logits alone, the other rows' apart; intakes less the drafts kept
 
 
 def calibration_key(pipe) -> dict:
@@ -240,14 +242,17 @@ def at_context(data: dict, n_ctx: float) -> dict:
     return {**data, "verify": curve}
 
 
-def whole_run(data: dict, tau: float, t_step: float, run: tuple | None, drafter: bool = True) -> float | None:
+def whole_run(data: dict, tau: float, t_step: float, run: tuple | None, drafter: bool = True,
+              rows_logits: bool = False) -> float | None:
     """cost.run_speedup for run = (prompt tokens, new tokens), from the calibration's prefill curves (None without);
-    drafter=False: no drafter prefill (the context alone runs no draft model: Pipeline.run)."""
+    drafter=False: no drafter prefill (the context alone runs no draft model: Pipeline.run); rows_logits: the head
+    reads every prompt row's logits (Head.needs_prefill_logits), which speculation alone pays beside the drafter's."""
     pre = data.get("prefill")
     if run is None or not pre:
         return None
     t_pre, t_dpre = (cost.interpolate(pre["rows"], pre[k], run[0]) for k in ("target", "draft"))
-    return cost.run_speedup(ar_ms(data), tau, t_step, run[1], t_pre, t_dpre if drafter else 0.0)
+    extra = cost.interpolate(pre["rows"], pre["rows_logits"], run[0]) if rows_logits and "rows_logits" in pre else 0.0
+    return cost.run_speedup(ar_ms(data), tau, t_step, run[1], t_pre, (t_dpre if drafter else 0.0) + extra)
 
 
 def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: bool = False,
@@ -274,8 +279,9 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
     if cs is not None:  # ModelSwitch starts from this calibration (switch_prior): no warm-up
         tau, t_step = with_model(c, method, s, tau, cs, cost.expected_held(ac, s))
         name += " + context"
-    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole_run(data, tau, t_step, run),
-                   context=cs is not None, ceiling=cost.ceiling(c, method, t_ar)[1])
+    whole = whole_run(data, tau, t_step, run, rows_logits=method in STREAM_METHODS)
+    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole, context=cs is not None,
+                   ceiling=cost.ceiling(c, method, t_ar)[1])
 
 
 def prediction(pipe, cfg: SpecConfig, prompt_tokens: float | None = None, probe: dict | None = None) -> dict:

@@ -141,3 +141,26 @@ def test_a_draft_model_keeps_its_accepted_drafts_and_drafts_as_if_it_had_taken_t
     assert all(r.tree["held"] == 0 for r in again[1:])
     assert [r.tree["tokens"] for r in kept[1:]] == [r.tree["tokens"] for r in again[1:]]
     assert compare_to_ar(kept, ar_records)["identical"]
+
+
+class CountsLogitRows(EagerRunner):
+    """A runner that records how many rows each logits call computes."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.rows = []
+
+    def logits(self, hidden):
+        self.rows.append(hidden.shape[0])
+        return super().logits(hidden)
+
+
+@pytest.mark.parametrize("method, prompt_rows", [("ar", 0), ("full", 0), ("nanospec", len(PROMPT) - 1)])
+def test_the_prefill_computes_the_roots_logits_alone_unless_the_stream_reads_every_prompt_row(tiny_target, method,
+                                                                                              prompt_rows):
+    cfg = SpecConfig(method=method, max_new_tokens=4, context="off", w_max=48)
+    target = CountsLogitRows(tiny_target)
+    drafter = ModelDrafter(EagerRunner(tiny_target)) if method != "ar" else None
+    head = build_head(method, drafter.head_weight, cfg) if drafter else None
+    list(generate(target, drafter, head, PROMPT, cfg))
+    assert target.rows[:2 if prompt_rows else 1] == [1] + ([prompt_rows] if prompt_rows else [])

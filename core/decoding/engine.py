@@ -68,15 +68,17 @@ def generate(target: Runner, drafter: Drafter | None, head: Head | None, prompt_
         target.reset()
         hidden, feats = target.forward(prompt, torch.arange(prompt.numel()), None)
         target.commit(torch.arange(prompt.numel()))
-        logits = target.logits(hidden)  # [n, V]
-    best, top = target.top2(logits[-1:])
-    root = _pick(logits[-1], best[0], cfg, gen)
+        last = target.logits(hidden[-1:])  # [1, V]: the root's row, one row alone whatever the method
+        rows = target.logits(hidden[:-1]) if head is not None and head.needs_prefill_logits and len(prompt) > 1 \
+            else None  # [n - 1, V]: NanoSpec's top-K_pre of every prompt row
+    best, top = target.top2(last)
+    root = _pick(last[0], best[0], cfg, gen)
     rec = StepRecord(step=0, kind="prefill", **_margins(top, target))
     spec = cfg.method != "ar" and (drafter is not None or head is not None or cfg.context == "on")
     ctx = _context_drafter(cfg, drafter, prompt.tolist() + [root], switch_prior) if spec else None
     feed = None
     if head is not None:
-        ev = head.on_prefill(prompt, logits, timer)  # stream bookkeeping counts as "other"
+        ev = head.on_prefill(prompt, last if rows is None else torch.cat([rows, last]), timer)  # bookkeeping: "other"
         _fill_stream(rec, ev, head)
     if drafter is not None and spec:
         with timer("draft_backbone"):

@@ -55,6 +55,11 @@ class DraftHead:
             self.buf = torch.zeros(stream.W, rows.shape[1], dtype=dtype, device=rows.device)
         self._in_vocab = None
 
+    @property
+    def needs_prefill_logits(self) -> bool:
+        """Whether S⁽⁰⁾ takes the top-K_pre of every prompt row's logits (else the prefill needs the last row alone)."""
+        return self.stream is not None and self.k_pre > 0 and "prefill" in self.sources
+
     def active_ids(self):
         """I (full-vocabulary ids in buffer order), or None for the whole vocabulary."""
         if self.stream is not None:

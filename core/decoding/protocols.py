@@ -88,6 +88,7 @@ class Head(Protocol):
     name: str                         # full | frspec | nanospec | slimspec | nanoslim
     backend: str                      # kernels backend: torch | triton | auto
     vocab_size: int                   # V
+    needs_prefill_logits: bool        # on_prefill reads every prompt row's logits (NanoSpec's top-K_pre), not the last
 
     def active_ids(self) -> torch.Tensor | None:
         """I as full-vocabulary ids [|I|] in logits order; None = the whole vocabulary."""

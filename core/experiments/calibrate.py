@@ -236,22 +236,26 @@ PREFILL_AT = (16, 64, 160)  # prompt lengths of the prefill curves
 
 
 def prefill_curves(pipe, reps: int, ids: list) -> dict:
-    """{"rows": PREFILL_AT, "target": [ms], "draft": [ms]}: the target's pass over a prompt of P rows (with its rows'
-    logits) and the drafter's prefill of it, the parts of a whole run that plain decoding and speculation pay
-    once (the drafter's: speculation alone)."""
-    target, draft = [], []
+    """{"rows": PREFILL_AT, "target": [ms], "rows_logits": [ms], "draft": [ms]}: the target's pass over a prompt of P
+    rows with the last row's logits, the logits of the other rows (what a NanoSpec head's S⁽⁰⁾ reads besides), and the
+    drafter's prefill of it: the parts of a whole run that plain decoding and speculation pay once (the last two:
+    speculation alone)."""
+    target, rows, draft = [], [], []
     for n in PREFILL_AT:
         prompt, logits, feats = prefilled(pipe, n, ids)
 
-        def target_pass(prompt=prompt, n=n):  # as the engine's prefill: the pass, its commit, every row's logits
+        def target_pass(prompt=prompt, n=n):  # as the engine's prefill: the pass, its commit, the root's logits
             pipe.target.reset()
             h, _ = pipe.target.forward(prompt, torch.arange(n), None)
             pipe.target.commit(torch.arange(n))
-            pipe.target.logits(h)
+            pipe.target.logits(h[-1:])
+            return h
         target.append(ms(target_pass, reps))
+        h = target_pass()
+        rows.append(ms(lambda h=h: pipe.target.logits(h[:-1]), reps))
         root = int(logits[-1].argmax())
         draft.append(ms(lambda prompt=prompt, root=root, feats=feats: pipe.drafter.prefill(prompt, root, feats), reps))
-    return {"rows": list(PREFILL_AT), "target": target, "draft": draft}
+    return {"rows": list(PREFILL_AT), "target": target, "rows_logits": rows, "draft": draft}
 
 
 def direct(fn, *args):
