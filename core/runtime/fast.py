@@ -220,8 +220,9 @@ class FastRunner:
         return out
 
     def logits(self, hidden):
-        """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any). The prompt's rows (the engine asks
-        for them after committing the prompt's pass, nothing pending) take mm's prefill route."""
+        """[n, d] @ [d, V] -> fp32 [n, V] (with the model's final soft-cap, if any). Every row of a committed prompt
+        at once, nothing pending, takes mm's prefill route (the engine asks for the root's row alone, and a NanoSpec
+        head's S⁽⁰⁾ for the others apart)."""
         prefill = self.n_pending == 0 and hidden.shape[0] == self.n_committed
         z = mm(hidden.to(self.act), self.head_t, prefill).float()
         return torch.tanh(z / self.softcap) * self.softcap if self.softcap else z
