@@ -202,6 +202,8 @@ def ratios(cal: list, now: dict) -> tuple:
     pass moves with the read bandwidth, the rows past it with the cores' share (r_rest = r_one where cal is flat)."""
     (one, k), (t1, tk) = now["rows"], now["ms"]
     c1, ck = cost.Costs.at(cal, one), cost.Costs.at(cal, k)
+    if c1 <= 0:  # nothing to scale from
+        return 1.0, 1.0
     r_one = t1 / c1
     return r_one, (tk - t1) / (ck - c1) if ck - c1 > 0.1 * c1 else r_one
 
@@ -232,12 +234,14 @@ def ar_ms(data: dict) -> float:
 
 
 def at_context(data: dict, n_ctx: float) -> dict:
-    """data with its target curve read at n_ctx committed tokens (linear between the measured contexts; attention
-    grows with them): a run's steps see its prompt and half its new tokens on average."""
+    """data with its target curve read at n_ctx committed tokens (linear between the measured contexts, the nearest
+    one's outside them: two noisy points extrapolated may fall to 0; attention grows with them): a run's steps see its
+    prompt and half its new tokens on average."""
     by = data.get("verify_by_context") or {}
     if len(by) < 2:
         return data
     xs = sorted(int(c) for c in by)
+    n_ctx = min(max(n_ctx, xs[0]), xs[-1])
     curve = [cost.interpolate(xs, [by[str(c)][i] for c in xs], n_ctx) for i in range(len(data["verify"]))]
     return {**data, "verify": curve}
 

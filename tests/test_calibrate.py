@@ -461,3 +461,10 @@ def test_the_context_alones_whole_run_pays_no_drafter_prefill():
     v = calibration.verdict(data, acc, "nanospec", None, run=(40, 8))
     t_pre = cost.interpolate([16, 64], data["prefill"]["target"], 40)
     assert v.run_speedup == pytest.approx(cost.run_speedup(v.t_ar_ms, v.tau, v.t_step_ms, 8, t_pre, 0.0))
+
+
+def test_the_target_curve_is_read_at_the_nearest_measured_context_outside_them():
+    data = {"verify": [9.0, 9.0], "verify_by_context": {"8": [2.0, 3.0], "24": [1.0, 2.0]}}  # noise: falls with context
+    assert calibration.at_context(data, 64)["verify"] == pytest.approx([1.0, 2.0])  # not extrapolated to 0
+    assert calibration.at_context(data, 16)["verify"] == pytest.approx([1.5, 2.5])
+    assert calibration.ratios([0.0, 1.0], {"rows": [1, 2], "ms": [2.0, 3.0]}) == (1.0, 1.0)
