@@ -17,6 +17,7 @@ import torch
 from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.context import SwitchPrior
+from core.decoding.heads import STREAM_METHODS
 from core.decoding.tree import tree_shape
 from core.models import draft_defaults, model_alias
 from core.paths import ASSETS, cache_root
@@ -26,7 +27,6 @@ SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 CONTEXT = "context"  # the acceptance table's and the costs' entry for drafting from the context alone
 CONTEXT_ONE = "context_one"  # the costs' entry for the 1-row steps of a context run (CONTEXT: its continued steps)
 MIXED = "mixed"  # the costs' entry for steps beside the context: {"model": ms over the head's own, CONTEXT, CONTEXT_ONE}
-STREAM_METHODS = ("nanospec", "nanoslim")  # heads whose S⁽⁰⁾ reads every prompt row's logits (with K_pre > 0)
 MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
 
 
@@ -150,8 +150,7 @@ def step_kinds(c: cost.Costs, method: str, s: cost.Shape, tau_m: float, cs: Cont
     """(τ, t_ms) of the four kinds of step ModelSwitch mixes: plain, the model's tree, the context's branch, both;
     intake: the tokens emitted since the drafter's last step, at a step that drafts the model (None: τ_m, the model
     every step), of which it kept `held` drafts (cost.expected_held, where it keeps them)."""
-    take = max((tau_m if intake is None else intake) - held, 1.0) if c.keeps else (tau_m if intake is None else intake)
-    t_m = cost.step_ms(c, method, s, take) + c.mixed
+    t_m = cost.step_ms(c, method, s, cost.taken_in(c, tau_m if intake is None else intake, held)) + c.mixed
     t_both = t_m - c.at(c.verify, s.size + 1) + c.at_rows(c.verify, s.size + cs.rows_c)  # both trees' rows
     return (1.0, cs.t_1), (tau_m, t_m), (cs.tau_c, cs.t_c), (cost.both_tau(cs.tau_c, tau_m), t_both)
 

@@ -106,9 +106,15 @@ def expected_held(acc: Acceptance, s: Shape) -> float:
     return held
 
 
+def taken_in(c: Costs, emitted: float, held: float) -> float:
+    """The tokens the drafter takes in first at a step: those emitted since its last one, less the `held` accepted
+    drafts it kept where it keeps them (Costs.keeps), at least the bonus token."""
+    return max(emitted - held, 1.0) if c.keeps else emitted
+
+
 def intake(c: Costs, acc: Acceptance, s: Shape, tau: float) -> float:
-    """The tokens the drafter takes in first at a step: what the last step emitted, less the accepted drafts it kept."""
-    return max(tau - expected_held(acc, s), 1.0) if c.keeps else tau
+    """taken_in after a step of shape s that emitted tau tokens."""
+    return taken_in(c, tau, expected_held(acc, s))
 
 
 def draft_ms(c: Costs, method: str, s: Shape, intake: float) -> float:
@@ -133,7 +139,7 @@ def break_even_tau(c: Costs, method: str, s: Shape, held: float = 0.0) -> float:
     solved with the drafter's intake at that τ, less `held` where it keeps its accepted drafts)."""
     tau = 1.0
     for _ in range(8):  # a fixed point: t_step grows slowly with τ (one drafter pass over τ rows)
-        tau = step_ms(c, method, s, max(tau - held, 1.0) if c.keeps else tau) / c.at(c.verify, 1)
+        tau = step_ms(c, method, s, taken_in(c, tau, held)) / c.at(c.verify, 1)
     return tau
 
 
@@ -158,8 +164,8 @@ def ceiling(c: Costs, method: str, t_ar: float | None = None, grid=None) -> tupl
     token (a[d][0] = 1): the most any drafter with these costs gains on this machine, whatever its acceptance."""
     chains = [s for s in grid or shape_grid() if s.chain]
     t_ar = t_ar or c.at(c.verify, 1)
-    held = (lambda s: s.depth - 1) if c.keeps else (lambda s: 0)  # every expanded draft accepted
-    return best_of(chains, lambda s: (s.depth + 1) * t_ar / step_ms(c, method, s, s.depth + 1 - held(s)))
+    # every draft accepted, those of the expanded levels (all but the last) held
+    return best_of(chains, lambda s: (s.depth + 1) * t_ar / step_ms(c, method, s, taken_in(c, s.depth + 1, s.depth - 1)))
 
 
 def model_share(gain: float) -> float:

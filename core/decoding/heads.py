@@ -170,6 +170,9 @@ def uses_factors(method: str, preview: int) -> bool:
     return method in ("slimspec", "nanoslim") or (method == "nanospec" and preview > 0)
 
 
+STREAM_METHODS = ("nanospec", "nanoslim")  # heads over the stream's I_t (their S⁽⁰⁾ reads every prompt row's logits)
+
+
 def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> DraftHead:
     """method in full|frspec|nanospec|slimspec|nanoslim; W = the draft's full LM head [V, d];
     slim = (W_up, W_down) trained factors, else SVD of W at cfg.rank (0 = d/8); NanoSpec previews with them when
@@ -181,7 +184,7 @@ def build_head(method, W, cfg, fr_ids=None, slim=None, backend="torch") -> Draft
     rows, down = slim if low_rank else (W, None)
     if method == "frspec" and fr_ids is None:
         raise SpecError("frspec needs a frequency table (python -m core freq)")
-    stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in ("nanospec", "nanoslim") else None
+    stream = CandidateStream(V, cfg.w_max, cfg.window, backend) if method in STREAM_METHODS else None
     static = fr_ids if method == "frspec" else None
     preview = (*slim, cfg.preview) if method == "nanospec" and cfg.preview else None
     rescore = cfg.rescore if low_rank else 0  # rescoring is a low-rank head's; NanoSpec's full rows need none

@@ -16,6 +16,7 @@ import time
 import torch
 
 from core.config import SpecConfig
+from core.decoding.heads import STREAM_METHODS
 from core.experiments.bandwidth import decode_tps, memory_bound, read_gbs
 from core.experiments.bench import run_row
 from core.experiments.llamacpp_bench import gguf_of, our_decode, peer_bound, peer_row, peer_variant, usable
@@ -45,7 +46,7 @@ def variant(name: str) -> tuple | None:
     if m is None or (m["method"] in ("ar", "hf", "hf-assisted") and m.end("method") != len(name)) \
             or (m["rescore"] and m["method"] not in ("slimspec", "nanoslim")) \
             or (m["preview"] and m["method"] != "nanospec") \
-            or (m["w_max"] and m["method"] not in ("nanospec", "nanoslim")):
+            or (m["w_max"] and m["method"] not in STREAM_METHODS):
         return None
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
