@@ -8,6 +8,7 @@ the memory bound: bytes one token step reads (ours: bandwidth.step_bytes; llama.
 token embeddings, which it gathers, unless they are also the head) over the read bandwidth measured at the end.
 """
 import argparse
+import functools
 import re
 import sys
 
@@ -62,8 +63,10 @@ def templated(pipe, text: str) -> tuple[str, list]:
     return pipe.tokenizer.decode(ids[skip:], skip_special_tokens=False), ids
 
 
+@functools.cache
 def adds_bos(path) -> bool:
-    """Whether llama.cpp prepends BOS to a prompt of this GGUF (its tokenizer.ggml.add_bos_token)."""
+    """Whether llama.cpp prepends BOS to a prompt of this GGUF (its tokenizer.ggml.add_bos_token); read once per file,
+    not at every prompt and variant."""
     from gguf import GGUFReader
     field = GGUFReader(str(path)).fields.get("tokenizer.ggml.add_bos_token")
     return bool(field is not None and field.contents())
