@@ -1,5 +1,5 @@
 """The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|device-check|
-export|example|calibrate|maps dispatches to the module that runs it, turns its SpecError into one line and exit status
+export|example|calibrate|maps|doctor dispatches to the module that runs it, turns its SpecError into one line and exit status
 2, and hands the paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it
 imports viz."""
 import importlib
@@ -20,6 +20,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "maps": "core.maps.cli",  # check | compare: the token-map doctor
     "example": "core.experiments.examples",
     "calibrate": "core.experiments.calibrate",
+    "doctor": "core.kernels.cpu.doctor",
 }
 DRAWN = {"bench", "device-check"}  # their main(argv, draw) writes the paper figures with viz.paper.draw_figures
 

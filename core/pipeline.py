@@ -50,6 +50,8 @@ def runtime_note(runner) -> str:
         name += f" on its GGUF codes ({variant})" if variant else " on its GGUF codes"
     why = getattr(runner, "fallback_reason", "") or getattr(runner, "kernels_reason", "")
     exact = "exact" if getattr(runner, "exact_reason", None) == "" else "lossless up to rounding"
+    if getattr(runner, "one_thread", False):
+        exact += "; kernels on one thread (built without OpenMP)"
     if name.startswith("fast") and why:
         return f"{name}, torch ops ({why}), {exact}"
     return f"{name} ({why}), {exact}" if why else f"{name}, {exact}"

@@ -371,8 +371,8 @@ def test_a_matrix_interleaved_whole_drops_its_raw_blocks_and_keeps_its_products(
 def test_the_interleaved_dot_products_keep_their_stream_prefetch():
     """gcc 12 dropped an _mm_prefetch inlined into the target functions: every variant's interleaved dot products
     must still hold prefetch instructions in the built library."""
-    from core.kernels.cpu import cpu_layer
-    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(cpu_layer.build())], capture_output=True,
+    from core.kernels.cpu import build
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(build.library())], capture_output=True,
                          text=True, check=True, timeout=120).stdout
     counts = {}
     for name in ("dot8_avx2", "dot8_avx512", "dot16_avx512"):

@@ -13,7 +13,7 @@ import torch
 from core.calibration import machine
 from core.errors import SpecError
 from core.experiments.bench_q8_settings import matrices
-from core.kernels.cpu import cpu_layer, gguf_q8, isa
+from core.kernels.cpu import build, cpu_layer, gguf_q8, isa
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def build_rev(rev: str) -> ctypes.CDLL:
     """The kernels' sources as of rev, compiled as cpu_layer compiles this checkout's, loaded with its signatures."""
     d = Path(tempfile.mkdtemp(prefix="speclens-rev-"))
-    for f in cpu_layer.SOURCES + cpu_layer.HEADERS:
+    for f in build.SOURCES + build.HEADERS:
         rel = Path(f).resolve().relative_to(ROOT).as_posix()
         got = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{rel}"], capture_output=True)
         if got.returncode:
             raise SpecError(f"{rev}: no {rel} at that revision ({got.stderr.decode().strip()})")
         (d / Path(rel).name).write_bytes(got.stdout)
     so = d / "cpu_layer.so"
-    cpu_layer.compile_so("cc", so, [d / Path(f).name for f in cpu_layer.SOURCES])
+    build.compile_so(build.compiler(), so, build.level(), [d / Path(f).name for f in build.SOURCES])
     return cpu_layer.load(so, missing_ok=True)
 
 

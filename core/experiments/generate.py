@@ -35,9 +35,12 @@ def main(argv=None) -> int:
     cfg, shape_note = resolve_shape(pipe, cfg)
     if shape_note:
         print(shape_note, file=sys.stderr)
+    if "fused kernels off" in pipe.runtime_note:
+        print(f"note: {pipe.runtime_note}", file=sys.stderr)
     records, wall = run_once(pipe, args.prompt, cfg, not args.no_chat)
     out = summarize(records, wall)
-    out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, method=cfg.method,
+    out.update(model=pipe.model_id, draft=pipe.draft_name, runtime=pipe.runtime_name, runtime_note=pipe.runtime_note,
+               method=cfg.method,
                dtype=str(pipe.model.dtype).removeprefix("torch."), shape=shape_label(cfg), shape_note=shape_note)
     if cfg.method != "ar":  # read at a probe of this moment where the machine is calibrated (~0.3 s; 1.5 s on the pair)
         out.update(prediction(pipe, cfg, len(pipe.prompt_ids(args.prompt, not args.no_chat)), anchor_probe(pipe)))

@@ -139,6 +139,7 @@ class FastRunner:
         self.arch = a = arch_of(model)
         self.kernels_reason = kernels_reason(a, self.dtype, fast_cfg)  # '' when the fused C kernels run
         self.kernels = self.kernels_reason == ""
+        self.one_thread = self.kernels and cpu_layer_one_thread()  # built without OpenMP: its GEMMs on one thread
         # torch path with bf16 weights: KV cache and attention in fp64, so that attention's rounding (which
         # depends on where the keys sit: a tree's gaps vs a contiguous chain) stays far below the bf16 rounding
         # of o_proj's input. The fused kernels sum over the visible keys only, in order: fp32 is exact there.
@@ -244,6 +245,11 @@ class FastRunner:
         self.n_pending = 0
 
 
+def cpu_layer_one_thread() -> bool:
+    from core.kernels.cpu import cpu_layer
+    return cpu_layer.one_thread()
+
+
 def kernels_reason(a: Arch, dtype, fast_cfg: FastConfig) -> str:
     """'' if the fused C kernels serve a model of this architecture and weight dtype, else why the runner keeps
     its torch path."""
@@ -256,7 +262,7 @@ def kernels_reason(a: Arch, dtype, fast_cfg: FastConfig) -> str:
         return "the fused CPU kernels cover fp32 and bf16 weights"
     if a.hd % 16:
         return "the fused CPU kernels need a head_dim that is a multiple of 16"
-    return "" if cpu_layer.lib() is not None else cpu_layer.why_not()
+    return "" if cpu_layer.lib() is not None else cpu_layer.off_note()
 
 
 def exact_reason(runner) -> str:

@@ -19,6 +19,14 @@
 
 #define LANES 16
 
+int omp_built(void) { /* 1: built with OpenMP (the GEMM kernels share out threads); 0: one thread */
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 static inline float bf2f(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
     float f;

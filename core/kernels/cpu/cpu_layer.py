@@ -1,5 +1,5 @@
-"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the system's C compiler,
-cached by source + compiler + CPU, loaded with ctypes. Their torch reference is the runtime's own torch path
+"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the C compiler CC names for one x86
+level (build.py: cached by source, compiler, CPU and level; a failed build remembered), loaded with ctypes. Their torch reference is the runtime's own torch path
 (core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
 model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
@@ -8,25 +8,20 @@ gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: co
 and layers_q8.c (every layer of a pass in one call where all matrices are int8 blocks: `Q8Layers`) and lowrank_mm.c
 (a low-rank head's logits over the whole vocabulary: lowrank_mm.py).
 
-`lib()` is None where no compiler works (the runtime then keeps its torch path and says why: `why_not()`).
-SPECLENS_CPU_KERNELS=0 turns them off.
+`lib()` is None where the library does not build (the runtime then keeps its torch path and says why: `why_not()`,
+with the compiler's first error line). SPECLENS_CPU_KERNELS=0 turns them off.
 """
 import ctypes
 import functools
 import hashlib
 import os
-import platform
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
 from core.errors import SpecError
+from core.kernels.cpu import build
 
-SOURCES = [Path(__file__).with_name(f) for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c",
-                                                 "lowrank_mm.c")]
-HEADERS = [Path(__file__).with_name(f) for f in ("gguf_q8_dot.h", "gguf_q8_amx.h")]  # included by gguf_q8.c: the key
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 SIGNATURES = {
@@ -53,60 +48,28 @@ INT4_PAIR = 128  # int4_mm reads two groups of 64 inputs per 64 bytes: `in` must
 _why = []
 
 
-def cache_dir() -> Path:
-    from core.paths import cache_root
-    return cache_root() / "kernels"
-
-
-def cpu_id() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return "".join(next((line for line in lines if line.startswith(k)), "") for k in ("model name", "flags"))
-    except OSError:
-        return platform.processor()
-
-
 def sources_id() -> str:
     """A digest of the kernels' sources: another one is other code (a calibration keeps it in its key)."""
-    return hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES + HEADERS)).hexdigest()[:16]
-
-
-def build(cc: str = "cc") -> Path:
-    """Compile SOURCES for this CPU (-march=native) into one library in the cache; the
-    cached .so when it exists."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(b"".join(f.read_bytes() for f in SOURCES + HEADERS) + version.encode() + cpu_id().encode()).hexdigest()[:16]
-    out = cache_dir() / f"cpu_layer-{key}.so"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            so = Path(tmp) / out.name
-            compile_so(cc, so)
-            os.replace(so, out)
-    return out
-
-
-def compile_so(cc: str, so: Path, sources: list = SOURCES) -> None:
-    """-O3 -march=native, with OpenMP for int4_mm's and codes_mm's threads; without it (one thread) where the
-    compiler has none."""
-    base = [cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", str(so), *map(str, sources), "-lm"]
-    try:
-        subprocess.run(base[:3] + ["-fopenmp"] + base[3:], check=True, capture_output=True, timeout=120)
-    except subprocess.CalledProcessError:
-        subprocess.run(base, check=True, capture_output=True, timeout=120)
+    return hashlib.sha256(build.sources_digest()).hexdigest()[:16]
 
 
 @functools.cache
 def lib():
-    """The loaded library, or None (reason in `why_not()`)."""
+    """The loaded library for build.level() (None: the reason is in `why_not()`)."""
     if os.environ.get("SPECLENS_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no", "off"):
         _why.append("turned off by SPECLENS_CPU_KERNELS=0")
         return None
     try:
-        return load(build())
-    except (OSError, subprocess.SubprocessError) as err:
-        _why.append(f"no C compiler could build the fused CPU kernels ({type(err).__name__})")
+        return load(build.library())
+    except build.BuildError as err:
+        _why.append(str(err))
         return None
+
+
+def one_thread() -> bool:
+    """Whether the library was built without OpenMP (a compiler without it, e.g. clang without libomp): its GEMM
+    kernels then run on one thread whatever --threads says."""
+    return lib() is not None and not lib().omp_built()
 
 
 def load(path: Path, missing_ok: bool = False) -> ctypes.CDLL:
@@ -118,7 +81,7 @@ def load(path: Path, missing_ok: bool = False) -> ctypes.CDLL:
             continue
         status = name in ("top2_rows", "topk_rows")  # 1: torch must answer
         getattr(so, name).argtypes, getattr(so, name).restype = args, ctypes.c_int if status else None
-    for name in ("int4_ok", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
+    for name in ("int4_ok", "omp_built", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
     so.q8_set_prefetch(prefetch_setting())
     so.q8_set_stream(prefetch_setting("SPECLENS_Q8_STREAM"))
@@ -140,6 +103,14 @@ def prefetch_setting(var: str = "SPECLENS_Q8_PREFETCH") -> int:
 
 def why_not() -> str:
     return _why[-1] if _why else ""
+
+
+FALLBACK_COST = "about 2-5x slower"  # plain decoding on the torch path against the fused kernels (docs/runtime.md)
+
+
+def off_note() -> str:
+    """What the runtime note, the CLI and the app say once where the library did not load."""
+    return f"fused kernels off: {why_not()} — {FALLBACK_COST}"
 
 
 def ptr(t):

@@ -101,7 +101,13 @@ static inline void ahead2(const uint8_t *g0, const uint8_t *g1, int64_t at, int6
 #undef DPBUSDA
 
 #if defined(__clang__) || __GNUC__ >= 11  /* AVX-VNNI: gcc 11, clang 12 */
-#define AVXVNNI_HERE() __builtin_cpu_supports("avxvnni")
+#include <cpuid.h>
+/* CPUID.(7, 1):EAX bit 4, read directly: clang 14's __builtin_cpu_supports does not know "avxvnni" */
+static int avxvnni_here(void) {
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
+#define AVXVNNI_HERE() avxvnni_here()
 #define TARGET "avx2,fma,f16c,avxvnni"
 #define N(f) f##_avxvnni
 #define DPWSSD(a, p, s) _mm256_dpwssd_avx_epi32(a, p, s)
@@ -121,7 +127,7 @@ static inline void ahead2(const uint8_t *g0, const uint8_t *g1, int64_t at, int6
 #define dot8_avxvnni dot8_avx2
 #endif
 
-#define TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"
 #define N(f) f##_avx512
 #define DPWSSD(a, p, s) _mm256_dpwssd_epi32(a, p, s)
 #define DPBUSD(q, x) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x)
@@ -150,7 +156,7 @@ int q8_isa(void) {
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
         return 0;
     int avx512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512bw");
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
     return 1 | (AVXVNNI_HERE() ? 2 : 0) | (avx512 ? 4 : 0) | (avx512 && AMX_HERE() ? 8 : 0);
 }
 

@@ -9,13 +9,14 @@
           raw GGUF blocks, llama.cpp's arithmetic), which SPECLENS_GGUF_MATH=auto picks where avx2 is the best variant
 - none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
 lowrank_mm (a low-rank head over the whole vocabulary, lowrank_mm.c) runs on avx512 (AVX-512F) or avx2 (AVX2 + FMA),
-the same floats on both. The cap lets one machine run and test every variant below its best one.
+the same floats on both. The cap lets one machine run and test every variant below its best one, on the library an
+older CPU builds: avx2 loads the x86-64-v3 build, none the x86-64-v2 one (build.py).
 """
 import functools
 import os
 
 from core.errors import SpecError
-from core.kernels.cpu import cpu_layer
+from core.kernels.cpu import build, cpu_layer
 
 ORDER = ("amx", "avx512", "avxvnni", "avx2", "none")  # best first
 LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}  # codes_mm's
@@ -34,8 +35,11 @@ def codes_variants() -> tuple:
 
 
 def cap() -> str:
-    """SPECLENS_CPU_ISA (default: amx, i.e. no cap); SpecError for another value."""
-    value = os.environ.get(ENV, "").strip().lower() or "amx"
+    """SPECLENS_CPU_ISA, else the cap SPECLENS_MARCH's level stands for (x86-64-v3: avx2, x86-64-v2: none), else amx
+    (no cap); SpecError for another value. The cap also picks the library's build level (build.level)."""
+    march = os.environ.get(build.MARCH, "").strip().lower()
+    implied = {lvl: c for c, lvl in build.CAP_LEVELS.items()}.get(march, "amx")
+    value = os.environ.get(ENV, "").strip().lower() or implied
     if value not in ORDER:
         raise SpecError(f"{ENV}={value!r}: use one of {', '.join(ORDER)}")
     return value
@@ -83,3 +87,10 @@ def lowrank_variants() -> tuple:
 def lowrank_variant() -> str:
     """The lowrank_mm variant that runs: the best one here that the cap allows ("": the torch product)."""
     return next((v for v in lowrank_variants() if allowed(v)), "")
+
+
+def reload() -> None:
+    """Forget the loaded library and what was read from it, so that the next call builds or loads for the
+    environment as it is now (SPECLENS_CPU_KERNELS, SPECLENS_MARCH, SPECLENS_CPU_ISA, CC)."""
+    for f in (cpu_layer.lib, cpu_layer.amx_ok, codes_variants, q8_variants, lowrank_variants):
+        f.cache_clear()
