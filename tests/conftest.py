@@ -65,3 +65,11 @@ def served_app():
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The run's peak resident memory, in every log: this process's and its largest child's (the app processes,
+    CLI subprocesses and builds the tests start)."""
+    import resource
+    own, child = (resource.getrusage(who).ru_maxrss / 2 ** 20 for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    terminalreporter.write_line(f"peak resident memory: {own:.2f} GB (pytest), {child:.2f} GB (largest child process)")

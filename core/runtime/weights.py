@@ -69,7 +69,10 @@ def rope_types(hf_cfg) -> list:
 @functools.cache
 def packed_ok() -> bool:
     """Whether oneDNN packs bf16 linear weights on this CPU (avx512_bf16 / AMX) and the packed GEMM agrees
-    with F.linear on a small probe."""
+    with F.linear on a small probe; never under SPECLENS_CPU_ISA=avx2 or none, which stand for a CPU without them
+    (so the capped run takes an AVX2-only CPU's fp32 model, as that CPU would)."""
+    if not isa.allowed("avx512"):
+        return False
     try:
         if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
             return False
