@@ -223,7 +223,7 @@ def fc_fn(fc: nn.Linear):
 
 
 class EagleDrafter:
-    """Drafter interface of DESIGN.md over an EagleHead: the head's fc makes each entry's input, a 1-layer
+    """The Drafter protocol (core/decoding/protocols.py) over an EagleHead: the head's fc makes each entry's input, a 1-layer
     runner (eager or fast, see `layer_model`) runs its decoder layer over its own KV cache (committed +
     pending entries, tree masks) and applies the target's final norm."""
 
