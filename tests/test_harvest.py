@@ -3,6 +3,7 @@ default model: a wave of sequences decoded together gives each the tokens and fe
 the target's greedy decoding, shards resume; the engine drafts what its head says teacher-forced on the same tokens."""
 import json
 
+import pytest
 import torch
 
 from core.config import SpecConfig
@@ -21,6 +22,8 @@ def prompt_ids(pipe):
 
 def test_a_wave_gives_each_sequence_the_tokens_and_features_of_a_run_alone(default_pipeline):
     pipe = default_pipeline
+    if pipe.target.exact_reason:
+        pytest.skip(f"rows are not bit-stable on this runtime: {pipe.target.exact_reason}")
     together = decode_wave(pipe.target, prompt_ids(pipe), 20, pipe.eos_ids())
     for p, (ids, feats) in zip(prompt_ids(pipe), together):
         alone_ids, alone_feats = decode_wave(pipe.target, [p], 20, pipe.eos_ids())[0]
@@ -52,7 +55,6 @@ def test_the_harvest_writes_train_eagle_shards_and_resumes(default_pipeline, tmp
 
 def test_the_engine_drafts_what_its_head_says_teacher_forced_on_the_same_tokens(default_pipeline):
     if default_pipeline.draft_name != "eagle":
-        import pytest
         pytest.skip(f"the default model drafts with {default_pipeline.draft_name}, not an EAGLE head")
     prompts = [q.text for q in load_prompts(ASSETS / "prompts" / "heldout.jsonl", 2)]
     got = gap.measure(default_pipeline, prompts, 32, {})

@@ -148,3 +148,20 @@ def test_doctor_names_the_level_the_reason_and_where_the_failure_is_remembered(t
     again = subprocess.run([sys.executable, "-m", "core", "doctor"], cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=120)
     assert "retry: python -m core doctor --rebuild" in again.stdout and builds(tmp_path) == 2
+
+
+def test_a_slice_of_the_suite_passes_quickly_where_the_kernels_cannot_build(tmp_path):
+    """The path a machine without a working compiler takes: a broken CC, the failure remembered after one try, the
+    runtime and lossless specs on torch ops (their C-kernel halves skipped with the reason)."""
+    cc = fake_cc(tmp_path, "k.c:1:1: error: no compiler")
+    env = dict(os.environ, CC=str(cc))
+    env.pop("PYTEST_ADDOPTS", None)
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_runtime.py",
+                              "tests/test_lossless_tiny.py", "tests/test_cpu_kernels.py"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        build.forget(build.level(), str(cc))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "k.c:1: no compiler" in out.stdout  # the skips name the compiler's reason
+    assert builds(tmp_path) == 2  # one failed build (with OpenMP, then without), remembered for every later test
