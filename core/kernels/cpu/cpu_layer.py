@@ -105,7 +105,7 @@ def why_not() -> str:
     return _why[-1] if _why else ""
 
 
-FALLBACK_COST = "about 2-5x slower"  # plain decoding on the torch path against the fused kernels (docs/runtime.md)
+FALLBACK_COST = "2-12x slower"  # plain decoding on the torch path against the kernels, by CPU and model (docs/runtime.md)
 
 
 def off_note() -> str:
