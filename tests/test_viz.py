@@ -188,6 +188,15 @@ def test_summary_cards():
     assert "1.50×" in table and "differs from AR at token 7" in table
 
 
+def test_the_summary_warns_where_the_fused_kernels_are_off_with_the_reason_and_cost():
+    s = {"tokens_per_s": 20.0, "new_tokens": 40, "steps": 16, "cut": ""}
+    note = "fast fp32, torch ops (fused kernels off: cc -march=native failed: q.c:3: boom — 2-12x slower), exact"
+    html = summary_cards(s, "ar", runtime=note)
+    assert '<span class="badge badge-warn kernels-off">fused kernels off: cc -march=native failed: q.c:3: boom — 2-12x ' \
+           'slower</span>' in html
+    assert "kernels-off" not in summary_cards(s, "ar", runtime="fast bf16 on its GGUF codes (avx512-vnni-int8), exact")
+
+
 def test_trace_file_roundtrip(tmp_path, trace):
     p = save_trace(round_floats(trace), tmp_path / "t.json")
     back = load_trace(p)

@@ -1,4 +1,6 @@
 """Run summary cards (from core.trace.stats.summarize()'s dict) and the method-comparison table."""
+import re
+
 from viz.text import node_origin, rejected_nodes
 from viz.tokens import esc
 
@@ -79,8 +81,15 @@ def _footer(summary, method, lossless, runtime="") -> str:
             f"{summary.get('steps', 0)} steps", _cut(summary.get("cut", ""))]
     if lossless is not None:
         bits.append(lossless_badge(lossless))
+    bits.append(kernels_off_badge(runtime))
     tail = f'<span class="runtime"> · runtime: {esc(runtime)}</span>' if runtime else ""  # hidden on phones
     return '<div class="summary-footer">' + " · ".join(b for b in bits if b) + tail + "</div>"
+
+
+def kernels_off_badge(runtime: str) -> str:
+    """A warning, on phones too, where the runtime note says the fused CPU kernels did not load: why and the cost."""
+    m = re.search(r"fused kernels off: [^)]*", runtime or "")
+    return f'<span class="badge badge-warn kernels-off">{esc(m.group(0))}</span>' if m else ""
 
 
 def lossless_badge(verdict: dict) -> str:
