@@ -53,12 +53,33 @@ def test_the_sources_build_at_x86_64_v2_v3_and_native_with_gcc(built):
     assert len(set(built.values())) == 3  # one library per level
 
 
+needs_clang = pytest.mark.skipif(not shutil.which("clang"), reason="clang is not installed here (apt-get install clang)")
+
+
 @x86_only
-@pytest.mark.skipif(not shutil.which("clang"), reason="clang is not installed here (apt-get install clang)")
-@pytest.mark.parametrize("lvl", ["native", "x86-64-v3"])
-def test_the_sources_build_with_clang(lvl, tmp_path):
-    build.compile_so("clang", tmp_path / "clang.so", lvl)
+@needs_clang
+def test_the_sources_build_with_clang_at_x86_64_v3(tmp_path):
+    build.compile_so("clang", tmp_path / "clang.so", "x86-64-v3")
     assert (tmp_path / "clang.so").stat().st_size > 0
+
+
+@needs_clang
+def test_a_library_built_without_openmp_runs_one_thread_and_the_note_says_so(monkeypatch):
+    """Debian's clang has no libomp: the build falls back to one thread, and the runtime note says why."""
+    from core.experiments.tiny import tiny_model
+    from core.pipeline import runtime_note
+    from core.runtime import fast
+    monkeypatch.setenv("CC", "clang")
+    isa.reload()
+    try:
+        assert cpu_layer.lib() is not None, cpu_layer.why_not()
+        if not cpu_layer.one_thread():
+            pytest.skip("this clang links OpenMP: its build shares out threads")
+        note = runtime_note(fast.FastRunner(tiny_model(0)))
+    finally:
+        monkeypatch.delenv("CC")
+        isa.reload()
+    assert "kernels on one thread (built without OpenMP)" in note
 
 
 @needs_v3
