@@ -68,6 +68,14 @@ def agreement(guess: torch.Tensor, seq: list, positions: list) -> tuple[int, int
     return hits, len(positions)
 
 
+def chain_tau(pipe, prompts: list, n: int, gamma: int = 3) -> dict:
+    """tau (tokens per verify step, bonus included) of a chain of `gamma` drafts, context off, over the prompts."""
+    from core.trace.stats import summarize
+    cfg = SpecConfig(method="full", shape="chain", gamma=gamma, context="off", max_new_tokens=n)
+    records = [r for p in prompts for r in pipe.run(p, cfg)]
+    return {"hits": 0, "of": 0, "rate": summarize(records)["mean_accept_len"]}
+
+
 def measure(pipe, prompts: list, n: int, hf_models: dict) -> dict:
     head, W = pipe.drafter.head, pipe.drafter.head_weight
     tally = {}
@@ -101,24 +109,34 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--hf", default="fp32,bf16", help="transformers dtypes to force features with ('' for none)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--head", default="", help="a directory holding eagle.safetensors (default: the shipped head)")
+    p.add_argument("--tau", action="store_true", help="also the engine's tau with a chain of 3, context off")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from core.models import load_model
     from core.pipeline import Pipeline
     pipe = Pipeline.load(args.model, draft="eagle")
+    if args.head:
+        from pathlib import Path
+
+        from core.decoding.eagle_io import load_eagle_drafter
+        pipe.drafter = load_eagle_drafter(pipe.target, Path(args.head), "auto")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     hf = {f"transformers {k}": load_model(args.model, dtype=dtypes[k])[0] for k in filter(None, args.hf.split(","))}
     prompts = [q.text for q in load_prompts(args.prompts, args.limit)]
     out = measure(pipe, prompts, args.max_new_tokens, hf)
+    if args.tau:
+        out["tau, chain 3, context off"] = chain_tau(pipe, prompts, args.max_new_tokens)
     out["_setup"] = {"model": args.model, "prompts": args.prompts, "n_prompts": len(prompts),
-                     "max_new_tokens": args.max_new_tokens, "runtime": pipe.runtime_note, "dtype": str(pipe.model.dtype)}
+                     "max_new_tokens": args.max_new_tokens, "runtime": pipe.runtime_note, "dtype": str(pipe.model.dtype),
+                     "head": args.head or "shipped"}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         for k, v in out.items():
             if not k.startswith("_"):
-                print(f"{k:48s} {v['hits']:5d} / {v['of']:5d} = {v['rate']:.3f}")
+                print(f"{k:48s} {v['hits']:5d} / {v['of']:5d} = {v['rate']:.3f}" if v["of"] else f"{k:48s} {v['rate']:.3f}")
         print(out["_setup"], file=sys.stderr)
     return 0
 

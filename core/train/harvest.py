@@ -5,7 +5,8 @@ The fast runtime decodes a wave of --batch prompts at once: every sequence's ent
 each row sees its own sequence's entries alone (a block-diagonal mask over the cache). Rows are stable (a row's result
 does not depend on the rows beside it, and attention sums over the visible keys only, in order), so every feature and
 token equals a one-sequence run's bit for bit: the answers are the target's greedy decoding and the features those the
-engine's verify passes give the head.
+engine's verify passes give the head. Each row attends over the whole packed cache, so waves pay only up to ~8
+sequences (SmolLM2 on 2 cores: 1.09x single stream at 8, 0.82x at 16; docs/log/2026-12-07-eagle-harvest-rate.md).
 
     DIR/cache/shard_NNNNN.pt   {"ids": [int32 [L]], "feats": [fp16 [L, d]]}: --shard prompts each (train-eagle's format)
     DIR/harvest.json           progress: shards, tokens, tokens/s, ETA, the settings
@@ -31,7 +32,7 @@ class HarvestConfig:
     model: str = "smollm2-135m-instruct"
     out: str = ""
     data: str = DATA
-    batch: int = 16          # sequences per wave
+    batch: int = 8           # sequences per wave (more: each row attends over the whole packed cache, slower)
     shard: int = 64          # prompts per shard
     max_new: int = 256
     max_prompt: int = 384
