@@ -12,7 +12,6 @@ sequences (SmolLM2 on 2 cores: 1.09x single stream at 8, 0.82x at 16; docs/log/2
     DIR/harvest.json           progress: shards, tokens, tokens/s, ETA, the settings
 Rerunning the same command resumes at the first missing shard; --minutes stops it after the shard in flight.
 """
-import argparse
 import json
 import os
 import random

@@ -1,6 +1,7 @@
 """The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the C compiler CC names for one x86
-level (build.py: cached by source, compiler, CPU and level; a failed build remembered), loaded with ctypes. Their torch reference is the runtime's own torch path
-(core/runtime/fast.py: rms, rope, attention, layer_forward), which the tests compare them with. `int4_mm` is a draft
+level (build.py: cached by source, compiler, CPU and level; a failed build remembered), loaded with ctypes. Their
+torch reference is the runtime's own torch path (core/runtime/fast.py: rms, rope, attention, layer_forward), which
+the tests compare them with. `int4_mm` is a draft
 model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
 holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
 gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
