@@ -42,7 +42,7 @@ def test_generate_json_has_the_documented_keys():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for key in ("text", "new_tokens", "steps", "draft_calls", "mean_accept_len", "mean_active_vocab", "coverage",
-                "timing_ms", "tokens_per_s", "identical_to_ar", "ar_tokens_per_s"):
+                "timing_ms", "tokens_per_s", "identical_to_ar", "ar_tokens_per_s", "runtime_note"):
         assert key in out
     assert set(out["timing_ms"]) == {"draft_backbone", "lm_head", "gather", "verify", "other", "total"}
     assert out["identical_to_ar"] is True
