@@ -82,20 +82,24 @@ def key(lvl: str, cc: str, ver: str) -> str:
     return hashlib.sha256(sources_digest() + f"{cc}\n{ver}\n{lvl}\n".encode() + cpu_id().encode()).hexdigest()[:16]
 
 
-def record(lvl: str | None = None, cc: str | None = None) -> Path:
-    """Where a failed build of (level, compiler) on this CPU and source is remembered."""
+def paths(lvl: str | None = None, cc: str | None = None) -> tuple:
+    """(library, failure record, compiler version) of (level, compiler) on this CPU and source: one key names both."""
     lvl, cc = lvl or level(), cc or compiler()
     ver = version(cc)
-    return cache_dir() / f"cpu_layer-{key(lvl, cc, ver)}.failed.json"
+    so = cache_dir() / f"cpu_layer-{key(lvl, cc, ver)}.so"
+    return so, so.with_name(so.stem + ".failed.json"), ver
+
+
+def record(lvl: str | None = None, cc: str | None = None) -> Path:
+    """Where a failed build of (level, compiler) on this CPU and source is remembered."""
+    return paths(lvl, cc)[1]
 
 
 def library(lvl: str | None = None, cc: str | None = None) -> Path:
     """The library built for `lvl` by `cc` (default: level(), compiler()), from the cache when it is there; a failure
     recorded for the same key raises at once with the compiler's reason."""
     lvl, cc = lvl or level(), cc or compiler()
-    ver = version(cc)
-    out = cache_dir() / f"cpu_layer-{key(lvl, cc, ver)}.so"
-    failed = out.with_name(out.stem + ".failed.json")
+    out, failed, ver = paths(lvl, cc)
     if out.exists():
         return out
     if failed.exists():

@@ -31,11 +31,11 @@ def kernels_state() -> dict:
     lvl, cc = build.level(), build.compiler()
     state = {"level": lvl, "compiler": cc, "loaded": cpu_layer.lib() is not None, "reason": cpu_layer.why_not()}
     try:
-        state["version"] = build.version(cc)
+        so, failed, state["version"] = build.paths(lvl, cc)
         if state["loaded"]:
-            state["library"] = str(build.library(lvl, cc))
-        elif build.record(lvl, cc).exists():
-            state["record"] = str(build.record(lvl, cc))
+            state["library"] = str(so)
+        elif failed.exists():
+            state["record"] = str(failed)
     except build.BuildError as err:
         state["version"] = str(err)
     state["openmp"] = state["loaded"] and not cpu_layer.one_thread()
