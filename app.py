@@ -12,9 +12,9 @@ import sys
 import gradio as gr
 
 from core.config import METHODS, SpecConfig
-from core.experiments.examples import APP_MAX_NEW_TOKENS
-from core.experiments.prompts import CATEGORIES
-from core.experiments.prompts import example_prompts as shipped_prompts
+from core.examples import APP_MAX_NEW_TOKENS
+from core.prompts import CATEGORIES
+from core.prompts import example_prompts as shipped_prompts
 from ui.api import generate
 from ui.compare_tab import compare_ui
 from ui.maps_tab import maps_tab

@@ -9,7 +9,7 @@ import sys
 from core.errors import SpecError
 
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
-    "generate": "core.experiments.generate",
+    "generate": "core.generate",
     "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
     "freq": "core.experiments.freq",
     "train-eagle": "core.train.eagle",
@@ -18,7 +18,7 @@ SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "device-check": "core.experiments.device_check",
     "export": "core.experiments.export",
     "maps": "core.maps.cli",  # check | compare: the token-map doctor
-    "example": "core.experiments.examples",
+    "example": "core.examples",
     "calibrate": "core.experiments.calibrate",
     "doctor": "core.kernels.cpu.doctor",
 }

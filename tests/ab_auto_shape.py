@@ -10,7 +10,7 @@ import torch
 
 from core.calibration import prediction, resolve_shape, shape_label
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts, per_category
+from core.prompts import load_prompts, per_category
 from core.models import draft_defaults
 from core.pipeline import Pipeline
 from core.trace.stats import compare_to_ar

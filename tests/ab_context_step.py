@@ -5,7 +5,7 @@ import torch
 from collections import defaultdict
 from core.pipeline import Pipeline
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts
+from core.prompts import load_prompts
 torch.set_num_threads(2)
 pipe = Pipeline.load()
 ps = [p for p in load_prompts("assets/prompts/speclens_prompts.jsonl") if p.category in ("conv", "qa", "math")][:6]

@@ -8,7 +8,7 @@ import torch
 
 import core.engine_thread as engine_thread
 from core.config import SpecConfig
-from core.experiments.prompts import example_prompts
+from core.prompts import example_prompts
 from core.trace.live import LiveRun, run_to_end
 
 torch.set_num_threads(2)

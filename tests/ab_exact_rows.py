@@ -4,7 +4,7 @@ import torch
 import core.runtime.weights as rt
 from core.pipeline import Pipeline
 from core.config import SpecConfig
-from core.experiments.prompts import example_prompts
+from core.prompts import example_prompts
 torch.set_num_threads(2)
 pipe = Pipeline.load()
 print("dtype", pipe.model.dtype, pipe.runtime_note)

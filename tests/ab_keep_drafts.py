@@ -8,7 +8,7 @@ import torch
 
 from core.config import SpecConfig
 from core.decoding.draft import ModelDrafter
-from core.experiments.prompts import load_prompts, per_category
+from core.prompts import load_prompts, per_category
 from core.models import draft_defaults
 from core.pipeline import Pipeline
 

@@ -11,7 +11,7 @@ import torch
 from core.calibration import SHAPE_KEYS, prediction
 from core.config import SpecConfig
 from core.experiments.calibrate import probe
-from core.experiments.prompts import load_prompts, per_category
+from core.prompts import load_prompts, per_category
 from core.models import draft_defaults
 from core.pipeline import Pipeline
 

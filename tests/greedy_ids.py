@@ -4,7 +4,7 @@
     python tests/greedy_ids.py --compare before.json after.json      # runs that differ, and spec != AR runs
 
 Default model, its default draft, runtime and dtype (Pipeline.load()); one thread. Without --all: one example
-prompt per category (core.experiments.prompts.example_prompts), with it every prompt of assets/prompts/speclens_prompts.jsonl.
+prompt per category (core.prompts.example_prompts), with it every prompt of assets/prompts/speclens_prompts.jsonl.
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ def collect(tokens: int, every: bool) -> dict:
 
     from core.config import METHODS, SpecConfig
     from core.pipeline import Pipeline
-    from core.experiments.prompts import example_prompts, load_prompts
+    from core.prompts import example_prompts, load_prompts
     torch.set_num_threads(1)
     pipe = Pipeline.load()
     ids = {}

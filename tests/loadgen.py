@@ -153,7 +153,7 @@ def report(outs, ref, rss_before, rss_after, wall, args) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    from core.experiments.prompts import example_prompts
+    from core.prompts import example_prompts
     prompt = args.prompt or example_prompts()[0].text
     port = int(os.environ.get("GRADIO_SERVER_PORT") or free_port())
     proc = start_app(port, Path(os.environ.get("TMPDIR", "/tmp")) / f"speclens-loadgen-{port}.log")

@@ -50,7 +50,7 @@ def test_generate_json_has_the_documented_keys():
 
 def engine_args(*argv):
     import argparse
-    from core.experiments.args import add_engine_args
+    from core.args import add_engine_args
     p = argparse.ArgumentParser()
     add_engine_args(p)
     return p.parse_args(list(argv))
@@ -58,7 +58,7 @@ def engine_args(*argv):
 
 def test_a_model_with_measured_draft_defaults_gets_them_unless_options_are_given(monkeypatch):
     from core import models
-    from core.experiments.args import config_from
+    from core.args import config_from
     alias = models.ALIASES["qwen2.5-coder-1.5b-instruct"]
     monkeypatch.setitem(models.ALIASES, "qwen2.5-coder-1.5b-instruct",
                         models.Alias(**{**alias.__dict__, "draft_defaults": (("shape", "chain"), ("gamma", 4))}))

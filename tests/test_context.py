@@ -172,7 +172,7 @@ def test_tree_view_marks_context_nodes():
 
 @pytest.mark.parametrize("i, shape, alone", [(2, "tree", False), (6, "chain", False), (5, "tree", True)])
 def test_default_model_greedy_with_context_equals_plain_greedy(default_pipeline, i, shape, alone):
-    from core.experiments.prompts import example_prompts
+    from core.prompts import example_prompts
     pipe, prompt = default_pipeline, example_prompts()[i]
     ar = list(pipe.run(prompt.text, SpecConfig(method="ar", max_new_tokens=32)))
     cfg = SpecConfig(method="nanospec", shape=shape, context="on", max_new_tokens=32)

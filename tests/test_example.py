@@ -1,7 +1,7 @@
 """The shipped example traces are what the app runs today (python -m core example regenerates them)."""
 import pytest
 
-from core.experiments.examples import DEFAULT_MODEL, EXAMPLES, app_config, default_prompt, head_file, sha256_of
+from core.examples import DEFAULT_MODEL, EXAMPLES, app_config, default_prompt, head_file, sha256_of
 from core.trace.live import lossless_verdict
 from core.trace.file import load_trace
 
@@ -32,6 +32,6 @@ def test_example_runtime_is_the_one_the_app_loads(default_pipeline):
 
 
 def test_the_apps_untouched_settings_are_the_example_config():
-    from core.experiments.examples import APP_MAX_NEW_TOKENS
+    from core.examples import APP_MAX_NEW_TOKENS
     from ui.runs import default_settings, make_config
     assert make_config("nanospec", *default_settings(), APP_MAX_NEW_TOKENS, 0.0) == app_config()

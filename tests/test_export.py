@@ -12,7 +12,7 @@ from core.errors import SpecError
 from core.experiments.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
                          token_map, write_map)
 from core.experiments.tiny import tiny_model
-from core.experiments.prompts import Prompt
+from core.prompts import Prompt
 from core.trace.record import StepRecord
 
 V, EOS = 512, 2
@@ -188,7 +188,7 @@ def test_nanospec_ranking_mixes_needed_tokens_and_corpus_half_and_half_then_cand
 
 
 def test_an_instruction_row_with_a_non_string_category_is_a_clear_error(tmp_path):
-    from core.experiments.prompts import load_prompts
+    from core.prompts import load_prompts
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"source": "x", "category": ["qa"], "prompt": "hi"}))
     with pytest.raises(SpecError, match="bad.jsonl:1: need fields"):

@@ -18,7 +18,7 @@ from core.decoding.engine import generate
 from core.errors import SpecError
 from core.decoding.freq import frspec_ids
 from core.decoding.heads import build_head
-from core.experiments.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
+from core.prompts import CATEGORIES, MAX_LINE, Prompt, load_prompts
 from core.runtime.runner import EagerRunner
 from core.trace.stats import compare_to_ar, tokens_of
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts
+from core.prompts import load_prompts
 from core.paths import ASSETS
 from core.train import gap
 from core.train.data import chat_ids

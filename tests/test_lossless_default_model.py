@@ -3,7 +3,7 @@ decoding, one shipped prompt per category (32 new tokens, one shared model insta
 import pytest
 
 from core.config import SpecConfig
-from core.experiments.prompts import example_prompts
+from core.prompts import example_prompts
 from core.trace.stats import compare_to_ar
 
 METHODS = ["full", "frspec", "nanospec", "slimspec", "nanoslim", "nanospec", "nanoslim"]

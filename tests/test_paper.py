@@ -153,7 +153,7 @@ def test_bench_keeps_its_csv_columns_and_accepts_figures_instead_of_out():
 
 
 def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for():
-    from core.experiments.prompts import Prompt
+    from core.prompts import Prompt
     prompts = [Prompt("c-1", "code", "def f():")]
     model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
     assert bench.config_from(bench.parse(model), "slimspec").rescore > 0  # the pair's measured default rescores
@@ -164,7 +164,7 @@ def test_the_paper_grid_runs_the_papers_slimspec_unless_rescoring_is_asked_for()
 
 
 def test_the_paper_grid_runs_the_papers_nanospec_unless_a_preview_is_asked_for():
-    from core.experiments.prompts import Prompt
+    from core.prompts import Prompt
     prompts = [Prompt("c-1", "code", "def f():")]
     model = ["--figures", "x", "--model", "qwen2.5-coder-1.5b-instruct"]
     assert {cfg.preview for _, _, cfg in paper.plan(bench.parse(model), prompts)} == {0}

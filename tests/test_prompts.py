@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 
 from core.errors import SpecError
-from core.experiments.prompts import CATEGORIES, DEFAULT_PROMPTS, Prompt, example_prompts, load_prompts
+from core.prompts import CATEGORIES, DEFAULT_PROMPTS, Prompt, example_prompts, load_prompts
 
 SPEC_BENCH = [
     {"question_id": 81, "category": "writing", "turns": ["Compose a travel blog post about Hawaii.", "Rewrite it."]},

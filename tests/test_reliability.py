@@ -14,7 +14,7 @@ import torch
 from core import models
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.experiments.prompts import example_prompts
+from core.prompts import example_prompts
 from core.paths import write_atomic
 from core.trace.stats import compare_to_ar, tokens_of
 

@@ -71,7 +71,7 @@ UPLOAD_KINDS = ("File", "UploadButton", "Image", "ImageEditor", "Audio", "Video"
                 "MultimodalTextbox")
 
 
-DATA_FILE_TYPES = {".jsonl", ".json", ".csv", ".txt"}  # read by our own parsers (core/experiments/prompts.py), never executed
+DATA_FILE_TYPES = {".jsonl", ".json", ".csv", ".txt"}  # read by our own parsers (core/prompts.py), never executed
 DATA_FILE_TYPES |= {".pt", ".safetensors"}  # token maps: torch.load(weights_only=True) / safetensors (core/maps/formats.py)
 
 

@@ -31,7 +31,7 @@ def facts_of(model_id: str):
 @functools.lru_cache(maxsize=4)
 def prompt_runs(model_id: str) -> list:
     """Tokenized shipped prompts with the text-alone I_t (compare's --prompt-tokens mode)."""
-    from core.experiments.prompts import DEFAULT_PROMPTS
+    from core.prompts import DEFAULT_PROMPTS
     from core.maps.accept import engine_config
     from core.maps.compare import choose_prompts, prompt_tokens
     cfg = engine_config(model_id, "nanospec", 64)

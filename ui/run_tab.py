@@ -8,7 +8,7 @@ import time
 import gradio as gr
 
 from core.calibration import resolve_shape
-from core.experiments.examples import EXAMPLES
+from core.examples import EXAMPLES
 from core.trace.live import LiveRun, baseline_of, finish_trace
 from core.trace.stats import summarize
 from core.trace.record import StepRecord

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from core.experiments.args import add_engine_args, config_from, pipeline_from
+from core.args import add_engine_args, config_from, pipeline_from
 from core.config import METHODS, SpecConfig
 from core.paths import write_atomic
 from core.errors import SpecError
@@ -49,7 +49,7 @@ def parse(argv):
 
 def select_prompts(args) -> list:
     """Prompts of --prompts (default: the shipped set), only --categories, at most --limit per category."""
-    from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts, per_category
+    from core.prompts import DEFAULT_PROMPTS, load_prompts, per_category
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     prompts = per_category(load_prompts(args.prompts or [DEFAULT_PROMPTS], categories=cats), args.limit)
     if not prompts:

@@ -24,7 +24,7 @@ from core.config import SpecConfig
 from core.decoding import cost
 from core.decoding.draft import DraftState
 from core.errors import SpecError
-from core.experiments.args import add_engine_args, config_from, pipeline_from
+from core.args import add_engine_args, config_from, pipeline_from
 from core.paths import write_atomic
 from core.runtime.config import FastConfig
 from core.runtime.weights import codes_math, maths_here
@@ -128,7 +128,7 @@ PROBE = {"n_ctx": 64, "rows": 9, "width": 4}  # the probe's context, wide target
 def probe(pipe, reps: int = 5, n_ctx: int = PROBE["n_ctx"]) -> dict:
     """This moment's target pass over 1 and PROBE rows and drafter pass over 1 and PROBE width rows, timed as the
     calibration's curves (ms_rounds, the widest first), for calibration.anchored: ~1.5 s on the 1.5B pair."""
-    from core.experiments.prompts import example_prompts
+    from core.prompts import example_prompts
     ids = pipe.prompt_ids(example_prompts()[0].text)
     k, w = PROBE["rows"], PROBE["width"]
     verify = verify_pass(pipe, n_ctx, ids)
@@ -279,7 +279,7 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
     """Every cost of the cost model. run(fn, *args) makes each measurement (the app passes its engine thread's call,
     so a visitor's run waits for one curve, not the whole calibration). The engine runs come first: timed after the
     curves, the pair's NanoSpec steps read ~2.4 ms more than in a fresh process (2026-12-04), before them as there."""
-    from core.experiments.prompts import example_prompts
+    from core.prompts import example_prompts
     examples = example_prompts()
     prompt = examples[0].text
     ids = pipe.prompt_ids(prompt)
@@ -313,7 +313,7 @@ def measure_costs(pipe, args, progress=print, run=direct) -> dict:
 
 def measure_acceptance(pipe, args, progress=print) -> dict:
     """a[d][r] per head from engine runs with the WIDE tree on the shipped prompts (--limit per category)."""
-    from core.experiments.prompts import load_prompts, per_category
+    from core.prompts import load_prompts, per_category
     prompts = per_category(load_prompts(), args.limit)
     out = {}
     for m in args.methods:

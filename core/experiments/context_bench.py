@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from core.experiments.bench import print_table, select_prompts, set_threads, write_csv
-from core.experiments.args import add_engine_args, config_from, torch_dtype
+from core.args import add_engine_args, config_from, torch_dtype
 from core.trace import stats
 
 VARIANTS = ("ar", "nanospec", "nanospec+context", "context", "hf", "hf+lookup")

@@ -68,7 +68,7 @@ class Check:
 
     def prompts(self, n=None) -> list:
         """Shipped prompts, round robin over categories (a cut run still spans them)."""
-        from core.experiments.prompts import load_prompts
+        from core.prompts import load_prompts
         ps = load_prompts()
         cats = list(dict.fromkeys(p.category for p in ps))
         by = [[p for p in ps if p.category == c] for c in cats]
@@ -320,7 +320,7 @@ def paper_settings(ck: Check) -> dict:
 
 def step_paper(ck: Check) -> str:
     from core.experiments import paper
-    from core.experiments.args import torch_dtype
+    from core.args import torch_dtype
     from core.pipeline import _LOADED, load_key
     settings = paper_settings(ck)
     settings["dtype"] = "bf16" if ck.device.startswith("cuda") else "fp32"

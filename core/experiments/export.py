@@ -33,7 +33,7 @@ import torch
 from core.paths import write_atomic
 from core.config import SpecConfig
 from core.errors import SpecError
-from core.experiments.prompts import DEFAULT_PROMPTS, load_prompts
+from core.prompts import DEFAULT_PROMPTS, load_prompts
 
 RANKINGS = ("freq", "generations", "nanospec")  # what ranks the exported vocabulary (--source)
 CANDIDATE_SOURCES = ("prefill", "verify")  # chunks of S that are the target's own top-K candidates
@@ -261,7 +261,7 @@ def rankings(source: str, corpus, runs, vocab_size: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from core.experiments.args import pipeline_from
+    from core.args import pipeline_from
     from core.decoding.freq import special_ids
     args = parse_args(argv)
     check_args(args)

@@ -131,7 +131,7 @@ def build(args) -> tuple[torch.Tensor, dict]:
     meta = {"model": model_id, "vocab_size": len(tokenizer), "corpus": [f.name for f in files],
             "corpus_tokens": int(counts.sum())}
     if args.calibrate:
-        from core.experiments.prompts import load_prompts
+        from core.prompts import load_prompts
 
         model, tokenizer = load_model(model_id)
         prompts = [p.text for p in load_prompts(args.calibrate, limit=args.limit)]

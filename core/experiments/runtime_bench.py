@@ -191,7 +191,7 @@ def build(a: BenchArgs) -> tuple:
     """({dtype name: model}, tokenizer, {name: runner}, fast build seconds): per dtype the fast runner in its
     default layout (fp32: hybrid, on a copy of the model: it rebinds the model's params; bf16: packed), and for
     fp32 also the eager runner (the reference) and the blocked layout (both on the untouched model)."""
-    from core.experiments.args import torch_dtype
+    from core.args import torch_dtype
     from core.models import load_model
 
     models, runners, build_s = {}, {}, {}

@@ -11,7 +11,7 @@ import sys
 import torch
 
 from core.config import SpecConfig
-from core.experiments.prompts import CATEGORIES
+from core.prompts import CATEGORIES
 
 
 def first_per_category(prompts, n: int) -> list:

@@ -11,7 +11,7 @@ import json
 import sys
 
 from core.errors import SpecError
-from core.experiments.prompts import DEFAULT_PROMPTS
+from core.prompts import DEFAULT_PROMPTS
 
 SEVERITY_MARK = {"error": "ERROR", "warning": "warn "}
 

@@ -25,7 +25,7 @@ from core.maps.accept import engine_config
 from core.maps.check import d2t_fault, hot_ids, t2d_ids
 from core.maps.formats import read_path
 from core.maps.model import ModelFacts, load_facts, ranked_map
-from core.experiments.prompts import CATEGORIES, load_prompts
+from core.prompts import CATEGORIES, load_prompts
 
 
 def served_ids(m, f: ModelFacts) -> tuple[torch.Tensor, list]:

@@ -13,7 +13,7 @@ CARD_MAX_NEW = 64
 
 def eval_prompts(tcfg) -> tuple:
     """(the first tcfg.eval_prompts shipped prompts, round robin over categories; their source)."""
-    from core.experiments.prompts import load_prompts
+    from core.prompts import load_prompts
     ps = load_prompts()
     cats = sorted({p.category for p in ps})
     by = [[p.text for p in ps if p.category == c] for c in cats]

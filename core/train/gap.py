@@ -17,7 +17,7 @@ import sys
 import torch
 
 from core.config import SpecConfig
-from core.experiments.prompts import load_prompts
+from core.prompts import load_prompts
 
 
 def engine_drafts(pipe, prompt: str, n: int) -> tuple[list, list]:

@@ -30,7 +30,7 @@ def app_config(method: str = "nanospec", vocab_size=None, model_id=None) -> Spec
 
 
 def default_prompt() -> str:
-    from core.experiments.prompts import example_prompts
+    from core.prompts import example_prompts
     return example_prompts()[0].text
 
 

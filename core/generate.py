@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from core.config import METHODS
 from core.errors import SpecError
-from core.experiments.args import add_engine_args, config_from, pipeline_from
+from core.args import add_engine_args, config_from, pipeline_from
 from core.calibration import prediction, resolve_shape, shape_label
 from core.experiments.calibrate import anchor_probe
 
