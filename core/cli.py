@@ -1,5 +1,5 @@
-"""The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|bench-runtime|device-check|
-export|example|calibrate|maps|doctor dispatches to the module that runs it, turns its SpecError into one line and exit status
+"""The command line's door: python -m core generate|bench|freq|train-eagle|train-slim|export|example|calibrate|maps|
+doctor dispatches to the module that runs it, turns its SpecError into one line and exit status
 2, and hands the paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it
 imports viz."""
 import importlib
@@ -10,19 +10,21 @@ from core.errors import SpecError
 
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.generate",
-    "bench": "core.experiments.paper",  # --figures DIR: the paper experiments, else core.experiments.bench's table
-    "freq": "core.experiments.freq",
+    "bench": "core.paper",  # --figures DIR: the paper experiments (the methods table: python -m bench methods)
+    "freq": "core.train.freq",
     "train-eagle": "core.train.eagle",
     "train-slim": "core.train.slim",
-    "bench-runtime": "core.experiments.runtime_bench",
-    "device-check": "core.experiments.device_check",
-    "export": "core.experiments.export",
+    "export": "core.maps.export",
     "maps": "core.maps.cli",  # check | compare: the token-map doctor
     "example": "core.examples",
-    "calibrate": "core.experiments.calibrate",
+    "calibrate": "core.cost.measure",
     "doctor": "core.kernels.cpu.doctor",
 }
-DRAWN = {"bench", "device-check"}  # their main(argv, draw) writes the paper figures with viz.paper.draw_figures
+DRAWN = {"bench"}  # its main(argv, draw) writes the paper figures with viz.paper.draw_figures
+MOVED = {  # subcommands that left the product (benchmarks, tools): where they are now; the product never imports them
+    "bench-runtime": "python -m bench runtime",
+    "device-check": "python -m tools.device_check",
+}
 
 
 def run(name: str, argv: list) -> int:
@@ -45,6 +47,9 @@ def drawing():
 
 def dispatch(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in MOVED:
+        print(f"error: `python -m core {argv[0]}` moved out of the product: run {MOVED[argv[0]]} (--help)", file=sys.stderr)
+        return 2
     if not argv or argv[0] not in SUBCOMMANDS:
         print("usage: python -m core {" + "|".join(SUBCOMMANDS) + "} [options]  (--help on each)", file=sys.stderr)
         return 2

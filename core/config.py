@@ -5,7 +5,7 @@ from core.errors import SpecError
 from core.trace.record import SOURCES
 
 METHODS = ("ar", "full", "frspec", "nanospec", "slimspec", "nanoslim")
-SHAPES = ("tree", "chain", "context", "auto")  # context: no model draft; auto: core.calibration.resolve_shape
+SHAPES = ("tree", "chain", "context", "auto")  # context: no model draft; auto: core.cost.choose.resolve_shape
 WINDOWS = ("suffix", "fifo")
 BACKENDS = ("auto", "torch", "triton")
 RUNTIMES = ("auto", "eager", "fast")

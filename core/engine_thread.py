@@ -3,7 +3,7 @@
 libgomp keeps a team of worker threads per thread that opens a parallel region, for that thread's lifetime. Once the
 teams alive hold more threads than the machine has CPUs, idle workers stop spinning after ~1000 spins and sleep, so
 every region wakes them through a futex. On 2 vCPUs a second thread that runs torch (a loader, a calibration, a
-run's worker) is enough: measured on a 2-core Xeon (tests/ab_engine_thread.py), an elementwise op of 200k floats took
+run's worker) is enough: measured on a 2-core Xeon (python -m bench engine-thread), an elementwise op of 200k floats took
 10 us on the only thread that ran OpenMP and 80 us on a second one, and the app's runs decoded at half the command
 line's speed. Submitting all such work here keeps a single team alive.
 

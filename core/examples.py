@@ -56,7 +56,7 @@ def sha256_of(path: Path | None) -> str:
 def where_measured(wall_s: float, load_before) -> dict:
     import torch
 
-    from core.calibration import machine
+    from core.cost.store import machine
     return {"host": platform.node(), "cpu": machine()["cpu"], "threads": torch.get_num_threads(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall_s, 2),
             "load_avg_before": [round(x, 2) for x in load_before],

@@ -8,8 +8,9 @@ from dataclasses import replace
 from core.config import METHODS
 from core.errors import SpecError
 from core.args import add_engine_args, config_from, pipeline_from
-from core.calibration import prediction, resolve_shape, shape_label
-from core.experiments.calibrate import anchor_probe
+from core.cost.choose import prediction, resolve_shape
+from core.cost.predict import shape_label
+from core.cost.probe import anchor_probe
 
 
 def run_once(pipe, prompt, cfg, chat=True) -> tuple:

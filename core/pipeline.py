@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-import core.arithmetic as arithmetic
 from core.config import DRAFT_WEIGHTS, SpecConfig
+from core.cost.choose import chosen_arithmetic
 from core.decoding.draft import ModelDrafter
 from core.decoding.engine import generate
 from core.decoding.heads import build_head, svd_factors, uses_factors
@@ -105,13 +105,13 @@ def resolve_draft(model_id, draft="auto") -> str:
 
 def target_config(model_id, draft, dtype, device="cpu") -> tuple:
     """(the target's FastConfig, a note): SPECLENS_GGUF_MATH=auto takes the calibrated arithmetic where both are
-    recorded for this machine, model pair and dtype (core/arithmetic.py). A model on an accelerator runs eager:
+    recorded for this machine, model pair and dtype (core/cost/choose.py). A model on an accelerator runs eager:
     the CPU kernels are neither asked nor compiled for it."""
     fc = FastConfig()
     if fc.codes_math != "auto" or torch.device(device).type != "cpu":
         return fc, ""
     rule = codes_math(fc, dtype)
-    math, note = arithmetic.chosen(model_id, resolve_draft(model_id, draft), str(dtype).removeprefix("torch."), rule)
+    math, note = chosen_arithmetic(model_id, resolve_draft(model_id, draft), str(dtype).removeprefix("torch."), rule)
     return (fc if math in ("", rule) else replace(fc, codes_math=math)), note
 
 
@@ -167,7 +167,7 @@ class Pipeline:
         self.target = target
         self.runtime_name = target.runtime_name
         self.products_note = runtime_note(target) + draft_note(drafter)  # what a calibration's costs depend on
-        self.math_note = math_note  # why this GGUF arithmetic (core/arithmetic.py), "" where auto's rule chose
+        self.math_note = math_note  # why this GGUF arithmetic (core/cost/choose.py), "" where auto's rule chose
         self.runtime_note = self.products_note + (f"; {math_note}" if math_note else "")
         self.vocab_size = target.vocab_size
         self.drafter, self.draft_name = drafter, draft_name
@@ -272,7 +272,7 @@ class Pipeline:
         max_seconds: wall-clock cap from the start of generation; the run ends with what it produced,
         its last record marked cut="time limit"."""
         cfg.validate(self.vocab_size, self.drafter.d if self.drafter is not None else None)
-        from core.calibration import resolve_shape, switch_prior
+        from core.cost.choose import resolve_shape, switch_prior
         if cfg.shape == "auto":
             cfg = resolve_shape(self, cfg)[0]
         ids = prompt_ids if prompt_ids is not None else self.prompt_ids(prompt, chat)

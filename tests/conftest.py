@@ -2,7 +2,7 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (transformers does)
-os.environ.setdefault("SPECLENS_CALIBRATE", "0")  # no background calibration in the app under test (ui/calibrating.py)
+os.environ.setdefault("SPECLENS_CALIBRATE", "0")  # no background calibration in the app under test (ui/cost_measure.py)
 import socket
 import sys
 from contextlib import contextmanager
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def peaky_tiny(seed=0, vocab=300, scale=8.0):
     """A tiny random llama whose next-token distributions are peaked (random init is near-uniform,
     which would make every greedy step a near-tie)."""
-    from core.experiments.tiny import tiny_model
+    from tools.tiny import tiny_model
     m = tiny_model(seed=seed, vocab=vocab)
     with torch.no_grad():
         m.lm_head.weight.mul_(scale)

@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def module_file(name: str) -> Path | None:
-    """core.experiments.bench -> ROOT/core/experiments/bench.py (a package -> its __init__.py); None outside the project."""
+    """core.paper.runs -> ROOT/core/paper/runs.py (a package -> its __init__.py); None outside the project."""
     base = ROOT.joinpath(*name.split("."))
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
@@ -33,7 +33,7 @@ def project_imports(name: str) -> set:
 
 
 def modules_under(package: str) -> list:
-    """The modules of one package folder: core -> core.paths, core.experiments.bench, ... (subpackages not included)."""
+    """The modules of one package folder: core -> core.paths, core.paper.runs, ... (subpackages not included)."""
     folder = ROOT.joinpath(*package.split("."))
     return sorted(f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__")
 

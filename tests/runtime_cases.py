@@ -4,7 +4,7 @@ path."""
 import pytest
 import torch
 
-from core.experiments.tiny import tiny_model
+from tools.tiny import tiny_model
 
 ATOL = 1e-4
 

@@ -1,7 +1,7 @@
 """bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM | -pM][-wWEIGHTS]."""
 import pytest
 
-from core.experiments.bench_pair import variant
+from bench.suites.pair import variant
 
 
 def test_a_variant_name_spells_its_method_shape_context_and_draft_weights():
@@ -19,7 +19,7 @@ def test_a_name_outside_the_grammar_is_refused(name):
 
 
 def test_the_memory_bound_streams_every_weight_but_the_gathered_embeddings(tiny_target):
-    from core.experiments.bandwidth import memory_bound, step_bytes
+    from bench.bandwidth import memory_bound, step_bytes
     emb = tiny_target.get_input_embeddings().weight
     total = sum(p.numel() * p.element_size() for p in tiny_target.parameters())
     tied = emb is tiny_target.get_output_embeddings().weight
@@ -41,14 +41,14 @@ def test_a_preview_suffix_names_nanospecs_low_rank_preview_only():
 
 
 def test_the_memory_bound_gives_our_generation_phase_apart_where_the_rows_time_it(tiny_target):
-    from core.experiments.bandwidth import memory_bound
+    from bench.bandwidth import memory_bound
     rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.45}]
     assert memory_bound(rows, tiny_target, gbs=1.0)["ar_decode_ms"] == 50.0
     assert "ar_decode_ms" not in memory_bound([{"variant": "ar", "wall_s": 1.0, "new_tokens": 10}], tiny_target, gbs=1.0)
 
 
 def test_the_table_sets_each_variants_generation_phase_beside_our_ars():
-    from core.experiments.bench_pair import table
+    from bench.suites.pair import table
     rows = [{"variant": "ar", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.9},
             {"variant": "llamacpp", "wall_s": 1.0, "new_tokens": 10, "decode_tokens": 9, "decode_s": 0.45},
             {"variant": "hf", "wall_s": 2.0, "new_tokens": 10}]

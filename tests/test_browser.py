@@ -63,17 +63,16 @@ def set_max_tokens(page, n: str):
 @contextmanager
 def calibrated_default(where: Path):
     """The default model's step costs measured quickly (few rows, one rep) into `where`, for the cost panel."""
-    from core import calibration
-    from core.experiments import calibrate
+    from core.cost import measure, store
     from ui.models import DEFAULT_KEY, load_pipeline
-    shipped = calibration.costs_path
+    shipped = store.costs_path
     path = lambda key: where / shipped(key).name  # noqa: E731
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(calibration, "costs_path", path)
-        mp.setattr(calibrate, "costs_path", path)
+        mp.setattr(store, "costs_path", path)
+        mp.setattr(measure, "costs_path", path)
         pipe = load_pipeline(DEFAULT_KEY)
         with torch.no_grad():
-            calibrate.save_costs(pipe, calibrate.defaults(rows=16, width=4, contexts="64", reps=1), lambda msg: None)
+            measure.save_costs(pipe, measure.defaults(rows=16, width=4, contexts="64", reps=1), lambda msg: None)
         yield
 
 

@@ -1,5 +1,7 @@
-"""python -m core calibrate (core/experiments/calibrate.py) and its files (core/calibration.py) on a tiny random
-pipeline: what it measures, where it keeps it, the predictions the CLI and bench print from it, and `--shape auto`."""
+"""python -m core calibrate (core/cost/measure.py, its timed passes and probe: core/cost/probe.py) on a tiny random
+pipeline: what it measures and how it times it, and the app's background calibration (ui/cost_measure.py). What a
+calibration predicts and chooses: tests/test_cost_choose.py."""
+import json
 import statistics
 import time
 from types import SimpleNamespace
@@ -7,39 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import peaky_tiny
-from core import calibration
-from core.config import SpecConfig
-from core.decoding import cost
-from core.decoding.draft import ModelDrafter
+from core.cost import measure, store
+from core.cost.probe import PROBE, anchor_probe, ms_rounds, probe
 from core.errors import SpecError
-from core.experiments import calibrate
-from core.experiments.tiny import tiny_tokenizer
-from core.models import draft_defaults
-from core.pipeline import Pipeline
-from core.runtime.fast import make_runner
-
-VOCAB = 300
-
-
-@pytest.fixture(scope="module")
-def pipe() -> Pipeline:
-    model, tokenizer = peaky_tiny(0, VOCAB), tiny_tokenizer(VOCAB)
-    drafter = ModelDrafter(make_runner(model, tokenizer, "eager"), "self")
-    ranks = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))
-    return Pipeline("tiny-calibrate", model, tokenizer, make_runner(model, tokenizer, "eager"), drafter, "self", ranks)
-
-
-@pytest.fixture(scope="module")
-def args():
-    return SimpleNamespace(rows=6, width=3, contexts="8,24", reps=1, methods=["full", "nanospec"], limit=1,
-                           max_new_tokens=6)
-
-
-@pytest.fixture(scope="module")
-def costs(pipe, args, single_thread):
-    with torch.no_grad():
-        return calibrate.measure_costs(pipe, args, progress=lambda msg: None)
+from core.paths import write_atomic
+from cost_cases import measured_costs, quick_args, tiny_pipe  # noqa: F401  (the fixtures costs, args, pipe)
 
 
 def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs, args):
@@ -54,7 +28,7 @@ def test_costs_hold_a_target_curve_per_context_and_a_draft_curve_per_head(costs,
 
 def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, single_thread):
     with torch.no_grad():
-        one = calibrate.measure_costs(pipe, SimpleNamespace(**(vars(args) | {"contexts": "8", "methods": ["nanospec"]})),
+        one = measure.measure_costs(pipe, SimpleNamespace(**(vars(args) | {"contexts": "8", "methods": ["nanospec"]})),
                                       progress=lambda msg: None)
     assert set(one["verify_by_context"]) == {"8"} and set(one["other"]) == {"nanospec", "context", "context_one", "ar",
                                                                              "mixed"}
@@ -62,383 +36,115 @@ def test_a_calibration_at_one_context_length_measures_every_cost(pipe, args, sin
 
 def test_the_verify_curve_times_each_row_count_to_17_then_every_4th_and_is_linear_between(pipe, monkeypatch,
                                                                                           single_thread):
-    assert calibrate.curve_rows(32) == list(range(1, 18)) + [20, 24, 28, 32]
+    assert measure.curve_rows(32) == list(range(1, 18)) + [20, 24, 28, 32]
     timed, forward = [], pipe.target.forward
     monkeypatch.setattr(pipe.target, "forward", lambda ids, *a, **k: (timed.append(len(ids)), forward(ids, *a, **k))[1])
     with torch.no_grad():
-        curve = calibrate.verify_curve(pipe, 32, 26, 1, list(range(3, 40)))
-    assert set(timed) - {32} == set(calibrate.curve_rows(26)) and 18 not in timed and len(curve) == 26
+        curve = measure.verify_curve(pipe, 32, 26, 1, list(range(3, 40)))
+    assert set(timed) - {32} == set(measure.curve_rows(26)) and 18 not in timed and len(curve) == 26
     assert curve[21] == pytest.approx(curve[19] + (curve[23] - curve[19]) / 2)  # t(22) halfway between t(20), t(24)
     assert curve[25] > 0
 
 
 def test_costs_hold_the_prefills_of_the_target_and_the_drafter_per_prompt_length(costs):
     pre = costs["prefill"]
-    assert pre["rows"] == list(calibrate.PREFILL_AT) and len(pre["target"]) == len(pre["draft"]) == len(pre["rows"])
+    assert pre["rows"] == list(measure.PREFILL_AT) and len(pre["target"]) == len(pre["draft"]) == len(pre["rows"])
     assert all(t > 0 for t in pre["target"] + pre["draft"])
 
 
 def test_acceptance_is_a_rate_per_depth_and_rank_for_each_head(pipe, args, single_thread):
     with torch.no_grad():
-        acc = calibrate.measure_acceptance(pipe, args, progress=lambda msg: None)
+        acc = measure.measure_acceptance(pipe, args, progress=lambda msg: None)
     for m in args.methods:
         a = acc["heads"][m]["a"]
-        assert len(a) == calibrate.WIDE["depth"] and all(len(row) == calibrate.WIDE["top_k"] for row in a)
+        assert len(a) == measure.WIDE["depth"] and all(len(row) == measure.WIDE["top_k"] for row in a)
         assert all(0.0 <= x <= 1.0 for row in a for x in row) and acc["heads"][m]["tried"][0][0] > 0
     assert not any(p.startswith("heldout") for p in acc["prompts"])  # calibration never reads the held-out set
     ctx = acc["context"]
     assert ctx["steps"] > 0 and ctx["tau"] >= 1.0 and ctx["rows"] >= 1.0 and 0.0 <= ctx["drafted"] <= 1.0
 
 
-def test_a_calibration_belongs_to_one_machine_model_runtime_and_thread_count(pipe, monkeypatch):
-    base = calibration.costs_path(calibration.calibration_key(pipe))
-    monkeypatch.setenv("SPECLENS_CPU_ISA", "avx2")
-    assert calibration.costs_path(calibration.calibration_key(pipe)) != base
-    monkeypatch.delenv("SPECLENS_CPU_ISA")
-    old = torch.get_num_threads()
-    torch.set_num_threads(old + 1)
-    try:
-        assert calibration.costs_path(calibration.calibration_key(pipe)) != base
-    finally:
-        torch.set_num_threads(old)
-    assert calibration.costs_path(calibration.calibration_key(pipe)) == base
-
-
-def test_a_calibration_goes_stale_when_the_kernels_code_changes(pipe, monkeypatch):
-    from core.kernels.cpu import cpu_layer
-    base = calibration.costs_path(calibration.calibration_key(pipe))
-    monkeypatch.setattr(cpu_layer, "sources_id", lambda: "another-build")
-    assert calibration.costs_path(calibration.calibration_key(pipe)) != base
-
-
-def test_the_prediction_says_how_to_calibrate_where_nothing_is_cached(pipe, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    p = calibration.prediction(pipe, SpecConfig(method="nanospec"))
-    assert p["predicted_speedup"] is None and "python -m core calibrate --acceptance" in p["prediction_note"]
-
-
-def test_the_prediction_reads_the_cached_calibration(pipe, costs, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    acc = {"heads": {"nanospec": {"a": [[0.9, 0.1]] * 6}}}
-    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps(acc))
-    p = calibration.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3))
-    assert p["predicted_tau"] == pytest.approx(1 + 0.9 + 0.81 + 0.729, abs=1e-3)
-    assert p["predicted_speedup"] > 0 and p["break_even_tau"] > 1 and p["prediction_note"] == ""
-    whole = calibration.prediction(pipe, SpecConfig(method="nanospec", shape="chain", gamma=3, max_new_tokens=8), 24)
-    assert whole["predicted_speedup"] != whole["predicted_step_speedup"]  # a short run pays its prefills
-    assert whole["prediction_note"] == ""
-
-
-def linear_costs(t1: float, per_row: float, b1: float, per_w: float) -> dict:
-    """A calibration whose target pass costs t1 + per_row (n − 1) ms and drafter pass b1 + per_w (w − 1)."""
-    verify = [t1 + per_row * n for n in range(32)]
-    return {"verify": verify, "verify_by_context": {"64": verify, "512": verify},
-            "backbone": [b1 + per_w * w for w in range(8)], "head": {"nanospec": [0.5] * 8},
-            "prefill": {"rows": [16, 64], "target": [t1 + 15 * per_row, t1 + 63 * per_row], "draft": [b1 + 15 * per_w] * 2}}
-
-
-def test_an_anchor_scales_the_one_row_pass_and_the_rows_past_it_apart():
-    data = linear_costs(10.0, 4.0, 2.0, 1.0)  # now: t(1) 12 (×1.2), 8 ms a row (×2); drafter w=1 3 (×1.5), rows ×1
-    probe = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [12.0, 12.0 + 8 * 8]}, "draft": {"rows": [1, 4], "ms": [3.0, 6.0]}}
-    held = calibration.anchored(data, probe)
-    assert held["verify"][:4] == pytest.approx([12.0, 20.0, 28.0, 36.0])
-    assert held["verify_by_context"]["512"][8] == pytest.approx(76.0)
-    assert held["backbone"][:3] == pytest.approx([3.0, 4.0, 5.0]) and held["head"]["nanospec"][0] == pytest.approx(0.75)
-    assert held["prefill"]["target"][0] == pytest.approx(12.0 + 15 * 8.0)  # a prompt's rows are past the first too
-    assert data["verify"][1] == 14.0  # the calibration itself is left as it was
-
-
-def test_a_probe_that_reads_the_calibrations_own_costs_changes_no_prediction():
-    data = linear_costs(10.0, 4.0, 2.0, 1.0)
-    probe = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [10.0, 42.0]}, "draft": {"rows": [1, 4], "ms": [2.0, 5.0]}}
-    held = calibration.anchored(data, probe)
-    for k in ("verify", "backbone"):
-        assert held[k] == pytest.approx(data[k])
-    assert calibration.anchored(data, None) is data
-
-
 def test_a_probe_times_the_target_and_the_drafter_now_at_one_row_and_a_wide_pass(pipe, single_thread):
     with torch.no_grad():
-        got = calibrate.probe(pipe, reps=1)
-    assert got["target"]["rows"] == [1, calibrate.PROBE["rows"]] and got["draft"]["rows"] == [1, calibrate.PROBE["width"]]
-    assert all(t > 0 for t in got["target"]["ms"] + got["draft"]["ms"]) and got["n_ctx"] == calibrate.PROBE["n_ctx"]
-
-
-def test_a_prediction_anchored_to_a_slower_moment_predicts_a_slower_plain_step(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.1]] * 6)
-    cfg = SpecConfig(method="nanospec", shape="chain", gamma=3)
-    c = costs["verify_by_context"]["8"]  # every pass twice the calibration's
-    slow = {"n_ctx": 8, "target": {"rows": [1, 5], "ms": [2 * c[0], 2 * c[4]]}}
-    assert calibration.prediction(pipe, cfg, probe=slow)["predicted_ar_ms"] == pytest.approx(
-        calibration.prediction(pipe, cfg)["predicted_ar_ms"] + costs["verify"][0], abs=0.02)
+        got = probe(pipe, reps=1)
+    assert got["target"]["rows"] == [1, PROBE["rows"]] and got["draft"]["rows"] == [1, PROBE["width"]]
+    assert all(t > 0 for t in got["target"]["ms"] + got["draft"]["ms"]) and got["n_ctx"] == PROBE["n_ctx"]
 
 
 def test_calibrate_names_a_bad_method_and_a_too_small_grid():
     with pytest.raises(SpecError, match="unknown method"):
-        calibrate.parse(["--methods", "nanospec,eagle9"])
+        measure.parse(["--methods", "nanospec,eagle9"])
     with pytest.raises(SpecError, match="--rows and --width"):
-        calibrate.parse(["--rows", "1"])
-
-
-def test_bench_summary_rows_get_the_prediction_beside_the_measured_speedup(pipe, costs, tmp_path, monkeypatch):
-    from core.experiments.bench import add_predictions
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    cfgs = {"ar": SpecConfig(method="ar"), "nanospec": SpecConfig(method="nanospec")}
-    rows = [{"method": "ar", "predicted_speedup": ""}, {"method": "nanospec", "predicted_speedup": ""}]
-    add_predictions(rows, pipe, cfgs)
-    assert [r["predicted_speedup"] for r in rows] == ["", ""]  # nothing calibrated yet
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps({"heads": {"nanospec": {"a": [[0.5]]}}}))
-    add_predictions(rows, pipe, cfgs)
-    assert rows[0]["predicted_speedup"] == "" and rows[1]["predicted_speedup"] > 0
+        measure.parse(["--rows", "1"])
 
 
 def test_a_bench_anchors_its_predictions_to_a_probe_where_the_machine_is_calibrated(pipe, costs, tmp_path, monkeypatch,
                                                                                    single_thread):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    assert calibrate.anchor_probe(pipe) is None  # nothing calibrated: nothing to anchor
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    got = calibrate.anchor_probe(pipe)
-    assert got["target"]["rows"] == [1, calibrate.PROBE["rows"]] and got["draft"]["ms"][0] > 0
+    assert anchor_probe(pipe) is None  # nothing calibrated: nothing to anchor
+    write_atomic(store.costs_path(store.calibration_key(pipe)), json.dumps(costs))
+    got = anchor_probe(pipe)
+    assert got["target"]["rows"] == [1, PROBE["rows"]] and got["draft"]["ms"][0] > 0
 
 
 def test_a_long_lived_process_reuses_a_pipelines_probe_while_it_is_young(pipe, costs, tmp_path, monkeypatch,
                                                                           single_thread):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    first = calibrate.anchor_probe(pipe, max_age_s=600)
-    assert calibrate.anchor_probe(pipe, max_age_s=600) is first
-    assert calibrate.anchor_probe(pipe) is not first  # no age allowed: probed again
-
-
-# ---------------------------------------------------------------- --shape auto
-
-def calibrated(pipe, costs, tmp_path, monkeypatch, a, context=None):
-    """This machine's costs and an acceptance table a[d][r] for nanospec (and the context alone's τ, rows)."""
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    calibrate.write_atomic(calibration.costs_path(calibration.calibration_key(pipe)), calibrate.json.dumps(costs))
-    acc = {"heads": {"nanospec": {"a": a}}} | ({"context": context} if context else {})
-    calibrate.write_atomic(calibration.acceptance_path(pipe), calibrate.json.dumps(acc))
-
-
-def test_auto_without_a_calibration_runs_the_models_measured_shape_and_says_how_to_calibrate(pipe, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto"))
-    assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6)  # SpecConfig's: no measured shape
-    assert "python -m core calibrate" in note and "tree 3/2/6" in note
-
-
-def test_auto_picks_the_grid_shape_of_highest_predicted_speedup_unless_within_the_margin(pipe, costs, tmp_path,
-                                                                                        monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
-    data, acc = calibration.cached(pipe)
-    best = max(calibration.verdict(data, acc, "nanospec", s).speedup for s in calibration.cost.shape_grid())
-    default = SpecConfig(method="nanospec", shape="tree", **draft_defaults(pipe.model_id))
-    home = calibration.verdict(data, acc, "nanospec", calibration.shape_of(default)).speedup
-    expected = best if best >= home * (1 + calibration.MARGIN) else home  # the costs are this machine's timings
-    assert cfg.shape in ("tree", "chain") and note.startswith("auto: ")
-    assert calibration.prediction(pipe, cfg)["predicted_speedup"] == pytest.approx(expected, abs=1e-3)
-
-
-def test_auto_drafts_from_the_context_alone_where_that_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
-    beside = {"context": 0.0, "context_one": 0.0}  # a model whose drafts almost never pass; 2 ms a token taken in
-    synthetic = costs | {"verify": [10.0 + n for n in range(32)], "backbone": [2.0, 4.0, 6.0], "head": {"nanospec": [1.0] * 3},
-                         "draft_scale": {}, "other": {"nanospec": 0.0, "ar": 0.0, **beside, "mixed": {"model": 0.0, **beside}}}
-    calibrated(pipe, synthetic, tmp_path, monkeypatch, [[0.05, 0.0]] * 6, context={"tau": 3.0, "rows": 4.0,
-                                                                                    "drafted": 0.5})
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
-    assert cfg.shape == "context" and "context alone" in note
-    off, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
-    assert off.shape in ("tree", "chain")  # with context drafting off, a model draft is the only choice
-
-
-def test_auto_turns_context_drafting_off_where_the_model_alone_is_predicted_faster(pipe, costs, tmp_path, monkeypatch):
-    beside = {"context": 5.0, "context_one": 0.0}  # the context's rows never pay (τ 1) and cost 5 ms a step
-    synthetic = costs | {"verify": [10.0] * 32, "backbone": [1.0] * 3, "head": {"nanospec": [0.5] * 3},
-                         "draft_scale": {}, "other": {"nanospec": 0.0, "ar": 0.0, **beside, "mixed": {"model": 0.0, **beside}}}
-    calibrated(pipe, synthetic, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.0, "rows": 3.0,
-                                                                                             "drafted": 0.5})
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
-    assert cfg.shape in ("tree", "chain") and cfg.context == "off" and "context drafting off" in note
-    compared, _ = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"),
-                                            allow_context=False)
-    assert compared.context == "on"  # Compare keeps the user's context setting for every head
-
-
-def test_auto_leaves_context_drafting_on_where_the_calibration_has_no_context_statistics(pipe, costs, tmp_path,
-                                                                                         monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)  # no "context" entry: not modelled
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
-    assert cfg.context == "on" and "context drafting off" not in note
-
-
-def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
-    prompt = "the cat sat on the mat the cat sat on the mat the cat"
-    ar = [t for r in pipe.run(prompt, SpecConfig(method="ar", max_new_tokens=24)) for t in r.emitted]
-    for shape in ("auto", "context"):
-        recs = list(pipe.run(prompt, SpecConfig(method="nanospec", shape=shape, max_new_tokens=24)))
-        assert [t for r in recs for t in r.emitted] == ar
-    assert all(r.tree["head_calls"] == 0 for r in recs if r.kind == "step")  # the context alone: no model draft
-
-
-def test_the_context_alone_needs_context_drafting_on():
-    with pytest.raises(SpecError, match="needs context on"):
-        SpecConfig(shape="context", context="off").validate()
-
-
-def test_the_report_holds_this_machines_costs_and_a_verdict_per_head(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6, context={"tau": 1.5, "rows": 3.0,
-                                                                                         "drafted": 0.5})
-    r = calibration.report(pipe, SpecConfig(method="nanospec", context="on"), "a note")
-    assert r["costs"]["verify"]["1"] == pytest.approx(costs["verify"][0], abs=0.01) and "8" not in r["costs"]["verify"]
-    assert r["run"]["shape"] == "tree 3/2/6 + context" and r["run"]["speedup"] > 0 and r["shape_note"] == "a note"
-    assert [v["method"] for v in r["methods"]] == ["nanospec"] and r["context"]["shape"] == "context alone"
-
-
-def test_a_report_read_at_a_probe_rescales_the_calibrated_costs_to_that_moment(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
-    t1, t9 = (calibration.cost.Costs.at(calibration.at_context(costs, 64)["verify"], n) for n in (1, 9))
-    slow = {"n_ctx": 64, "target": {"rows": [1, 9], "ms": [2 * t1, 2 * t9]}}
-    cached, now = (calibration.report(pipe, SpecConfig(method="nanospec"), probe=p) for p in (None, slow))
-    assert not cached["anchored"] and now["anchored"]
-    assert now["costs"]["verify"]["1"] == pytest.approx(2 * cached["costs"]["verify"]["1"], rel=0.02)
-
-
-def test_the_report_says_what_to_run_where_nothing_is_calibrated(pipe, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibration, "ASSETS", tmp_path)
-    assert calibration.report(pipe, SpecConfig())["missing"] == "python -m core calibrate --acceptance"
-
-
-def test_with_context_on_a_shape_mixes_the_contexts_steps_with_the_models(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.5, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
-    data, acc = calibration.cached(pipe)
-    s = calibration.cost.Shape(2, 1, 2)
-    alone, mixed = (calibration.verdict(data, acc, "nanospec", s, ctx) for ctx in (False, True))
-    cs = calibration.context_steps(data, acc, mixed=True)  # with the bookkeeping beside the model's tree
-    assert (cs.f, cs.tau_c, cs.rows_c) == pytest.approx((0.5, 3.0, 7.0))  # over the steps that found a continuation
-    assert min(1.0, cs.tau_c, alone.tau) < mixed.tau < max(cs.tau_c, alone.tau)  # each kind of step at its share
-    held = calibration.cost.expected_held(calibration.cost.Acceptance(acc["heads"]["nanospec"]["a"]), s)
-    steady = calibration.with_model(calibration.costs_of(data, "nanospec"), "nanospec", s, alone.tau, cs, held)
-    assert (mixed.tau, mixed.t_step_ms) == pytest.approx(steady)
-
-
-def test_the_switch_starts_from_the_calibrated_costs_of_its_four_kinds_of_step(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.5, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
-    data, acc = calibration.cached(pipe)
-    cfg = SpecConfig(method="nanospec", shape="chain", gamma=2, context="on")
-    prior, s = calibration.switch_prior(pipe, cfg), calibration.cost.Shape(2, 1, 2)
-    cs = calibration.context_steps(data, acc, mixed=True)
-    c = calibration.costs_of(data, "nanospec")
-    plain, model, ctx, both = calibration.mixed_kinds(c, "nanospec", s, 1.75, cs, 0.5)  # held: the first draft's 0.5
-    assert prior.ms[0] == pytest.approx((plain[1], model[1])) and prior.ms[1] == pytest.approx((ctx[1], both[1]))
-    assert prior.model_tokens == pytest.approx((0.75, both[0] - ctx[0]))  # τ_m = 1 + 0.5 + 0.5 · 0.5
-    assert calibration.switch_prior(pipe, SpecConfig(method="nanospec", shape="chain", gamma=2, context="off")) is None
-
-
-def test_a_rarely_drafted_model_pays_the_drafters_catch_up_at_its_steps():
-    c = calibration.cost.Costs(verify=[10.0 + n for n in range(32)], backbone=[2.0 * w for w in range(1, 9)],
-                               head={"nanospec": [1.0] * 8})  # the drafter: 2 ms a token taken in
-    cs, s = calibration.ContextSteps(f=0.5, tau_c=2.0, rows_c=3.0, t_c=12.0, t_1=10.0), calibration.cost.Shape(2, 1, 2)
-    every_step, mixed = (f(c, "nanospec", s, 1.1, cs) for f in (calibration.step_kinds, calibration.mixed_kinds))
-    w = calibration.cost.shares(*mixed, cs.f)
-    assert w[1] + w[3] == pytest.approx(1 / 32)  # 1.1 tokens in 18 ms lose to 1 in 10: explored every 32nd step
-    tau = sum(p * k[0] for p, k in zip(w, mixed))
-    assert mixed[1][1] - every_step[1][1] == pytest.approx(2.0 * (32 * tau - 1.1))  # 32 steps' tokens, not 1.1
-
-
-def test_a_run_beside_the_context_starts_from_the_calibrations_switch_and_stays_lossless(pipe, costs, tmp_path,
-                                                                                          monkeypatch):
-    prompt, n = "the cat sat on the mat", 8
-    cfg = SpecConfig(method="nanospec", shape="chain", gamma=2, context="on", max_new_tokens=n)
-
-    def first_step_drafts_the_model() -> tuple:
-        recs = list(pipe.run(prompt, cfg, chat=False))
-        return recs[1].tree["head_calls"] > 0, [t for r in recs for t in r.emitted]
-    ar = [t for r in pipe.run(prompt, SpecConfig(method="ar", max_new_tokens=n), chat=False) for t in r.emitted]
-    monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path / "none"))
-    assert first_step_drafts_the_model() == (True, ar)  # no calibration: the switch warms up with the model
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.0, 0.0]] * 6, context={"tau": 2.0, "rows": 4.0, "drafted": 0.5})
-    assert first_step_drafts_the_model() == (False, ar)  # calibrated: a model none of whose drafts pass is left out
+    write_atomic(store.costs_path(store.calibration_key(pipe)), json.dumps(costs))
+    first = anchor_probe(pipe, max_age_s=600)
+    assert anchor_probe(pipe, max_age_s=600) is first
+    assert anchor_probe(pipe) is not first  # no age allowed: probed again
 
 
 def test_a_context_runs_steps_are_timed_by_kind_one_row_and_continued(pipe, single_thread):
     prompt = "the cat sat on the mat the cat sat on the mat the cat"  # repeats: the context finds continuations
     with torch.no_grad():
-        got = calibrate.engine_steps(pipe, "nanospec", [prompt, prompt], 12, shape="context", context="on")
+        got = measure.engine_steps(pipe, "nanospec", [prompt, prompt], 12, shape="context", context="on")
     assert got["model"] is None and got["continued"] is not None and got["continued"] > 0
-    assert calibrate.engine_steps(pipe, "ar", prompt, 4)["one"] > 0
+    assert measure.engine_steps(pipe, "ar", prompt, 4)["one"] > 0
 
 
 def test_a_steps_bookkeeping_is_its_wall_time_less_its_draft_and_its_own_target_pass():
     steps = [(10.0, 0.0, 1, 5, 1, False, 9.0), (14.0, 0.0, 1, 6, 1, False, 12.0),  # a slower phase in the second
              (30.0, 12.0, 5, 7, 2, True, 15.0), (20.0, 0.0, 3, 9, 3, False, 17.5)]
-    got = calibrate.step_rest(steps)
+    got = measure.step_rest(steps)
     assert got["one"] == pytest.approx(1.5) and got["model"] == pytest.approx(3.0) and got["continued"] == pytest.approx(2.5)
-    assert calibrate.step_rest([])["one"] is None
+    assert measure.step_rest([])["one"] is None
 
 
 def test_plain_decodings_bookkeeping_is_measured_from_engine_runs(pipe, single_thread):
     with torch.no_grad():
-        steps = calibrate.record_steps(pipe, "ar", "the cat sat on the mat", 6)
+        steps = measure.record_steps(pipe, "ar", "the cat sat on the mat", 6)
     assert len(steps) == 5 and all(own > 0 for *_, own in steps)  # the prefill's token, then 5 plain steps
-    assert 0 < calibrate.step_rest(steps)["one"] < statistics.mean(wall for wall, *_ in steps)
+    assert 0 < measure.step_rest(steps)["one"] < statistics.mean(wall for wall, *_ in steps)
 
 
 def test_the_continued_and_one_row_costs_fall_back_to_each_other_where_a_run_lacked_one():
-    assert calibrate.beside_context({"one": 0.5, "continued": 2.0}) == {"context": 2.0, "context_one": 0.5}
-    assert calibrate.beside_context({"one": None, "continued": 2.0}) == {"context": 2.0, "context_one": 2.0}
-    assert calibrate.beside_context({"one": 0.5, "continued": None}, {"context": 1.5}) == {"context": 1.5,
+    assert measure.beside_context({"one": 0.5, "continued": 2.0}) == {"context": 2.0, "context_one": 0.5}
+    assert measure.beside_context({"one": None, "continued": 2.0}) == {"context": 2.0, "context_one": 2.0}
+    assert measure.beside_context({"one": 0.5, "continued": None}, {"context": 1.5}) == {"context": 1.5,
                                                                                           "context_one": 0.5}
 
 
-def test_a_context_steps_one_row_and_continued_steps_cost_their_own_bookkeeping():
-    data = {"verify": [10.0, 12.0, 14.0], "backbone": [1.0], "other": {"context": 3.0, "context_one": 1.0}}
-    cs = calibration.context_steps(data, {"context": {"tau": 2.0, "rows": 2.0, "drafted": 0.5}})
-    assert (cs.t_1, cs.t_c, cs.rows_c) == pytest.approx((11.0, 17.0, 3.0))  # 10 + 1; 14 + 3 over 3 rows
-
-
 def test_the_apps_background_calibration_measures_once_and_caches(pipe, args, tmp_path, monkeypatch, single_thread):
-    from ui import calibrating
+    from ui import cost_measure
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(calibrate, "defaults", lambda: args)
-    monkeypatch.setattr(calibrating, "_STATE", {})
+    monkeypatch.setattr(measure, "defaults", lambda: args)
+    monkeypatch.setattr(cost_measure, "_STATE", {})
     monkeypatch.setenv("SPECLENS_CALIBRATE", "0")
-    assert not calibrating.start("tiny", pipe)  # switched off
+    assert not cost_measure.start("tiny", pipe)  # switched off
     monkeypatch.setenv("SPECLENS_CALIBRATE", "1")
-    assert calibrating.start("tiny", pipe) and not calibrating.start("tiny", pipe)  # one at a time
+    assert cost_measure.start("tiny", pipe) and not cost_measure.start("tiny", pipe)  # one at a time
     deadline = time.monotonic() + 120
-    while calibrating.status("tiny")["state"] == "running" and time.monotonic() < deadline:
+    while cost_measure.status("tiny")["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert calibrating.status("tiny")["state"] == "done"
-    assert calibration.cached(pipe)[0]["verify"] and not calibrating.start("tiny", pipe)  # cached now
-
-
-def test_auto_keeps_the_default_shape_where_the_grids_best_gains_less_than_the_margin(pipe, costs, tmp_path, monkeypatch):
-    calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
-    monkeypatch.setattr(calibration, "MARGIN", 1e9)  # no shape gains that much, whatever the tiny model's timings
-    cfg, note = calibration.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
-    assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6) and "within the cost model's" in note
-
-
-def test_a_runs_prediction_reads_the_target_curve_at_the_runs_mean_context():
-    data = {"verify": [15.0, 16.0], "verify_by_context": {"64": [10.0, 11.0], "512": [20.0, 21.0]}}
-    assert calibration.at_context(data, 288)["verify"] == pytest.approx([15.0, 16.0])
-    assert calibration.at_context(data, 64)["verify"] == pytest.approx([10.0, 11.0])
-    assert calibration.at_context({"verify": [3.0]}, 100) == {"verify": [3.0]}  # one context measured: as it is
+    assert cost_measure.status("tiny")["state"] == "done"
+    assert store.cached(pipe)[0]["verify"] and not cost_measure.start("tiny", pipe)  # cached now
 
 
 def test_each_point_of_a_curve_is_timed_after_itself_in_every_round():
     calls = []
-    times = calibrate.ms_rounds([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
+    times = ms_rounds([lambda i=i: calls.append(i) for i in range(3)], reps=2, rounds=2)
     # per round and point: a warm-up call, then 2 timed ones in a row
     assert calls == ([0] * 3 + [1] * 3 + [2] * 3) * 2 and len(times) == 3
 
@@ -446,25 +152,11 @@ def test_each_point_of_a_curve_is_timed_after_itself_in_every_round():
 def test_the_engine_runs_are_timed_before_the_cost_curves(pipe, args, monkeypatch, single_thread):
     order = []
     for name in ("record_steps", "verify_curve", "draft_curves", "prefill_curves"):
-        fn = getattr(calibrate, name)
-        monkeypatch.setattr(calibrate, name, lambda *a, fn=fn, name=name, **k: (order.append(name), fn(*a, **k))[1])
+        fn = getattr(measure, name)
+        monkeypatch.setattr(measure, name, lambda *a, fn=fn, name=name, **k: (order.append(name), fn(*a, **k))[1])
     with torch.no_grad():
-        calibrate.measure_costs(pipe, args, progress=lambda msg: None)
+        measure.measure_costs(pipe, args, progress=lambda msg: None)
     first_curve = min(order.index(n) for n in ("verify_curve", "draft_curves", "prefill_curves"))
     assert "record_steps" in order and "record_steps" not in order[first_curve:]
 
 
-def test_the_context_alones_whole_run_pays_no_drafter_prefill():
-    data = linear_costs(10.0, 4.0, 2.0, 1.0) | {"other": {"ar": 1.0, calibration.CONTEXT: 1.0, calibration.CONTEXT_ONE: 1.0}}
-    data["prefill"]["draft"] = [500.0, 500.0]  # a drafter prefill that would swamp a short run
-    acc = {"context": {"tau": 1.5, "rows": 3.0, "drafted": 0.5}}
-    v = calibration.verdict(data, acc, "nanospec", None, run=(40, 8))
-    t_pre = cost.interpolate([16, 64], data["prefill"]["target"], 40)
-    assert v.run_speedup == pytest.approx(cost.run_speedup(v.t_ar_ms, v.tau, v.t_step_ms, 8, t_pre, 0.0))
-
-
-def test_the_target_curve_is_read_at_the_nearest_measured_context_outside_them():
-    data = {"verify": [9.0, 9.0], "verify_by_context": {"8": [2.0, 3.0], "24": [1.0, 2.0]}}  # noise: falls with context
-    assert calibration.at_context(data, 64)["verify"] == pytest.approx([1.0, 2.0])  # not extrapolated to 0
-    assert calibration.at_context(data, 16)["verify"] == pytest.approx([1.5, 2.5])
-    assert calibration.ratios([0.0, 1.0], {"rows": [1, 2], "ms": [2.0, 3.0]}) == (1.0, 1.0)

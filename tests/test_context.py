@@ -184,7 +184,7 @@ def test_default_model_greedy_with_context_equals_plain_greedy(default_pipeline,
 
 
 def test_bench_results_written_before_context_drafting_count_as_context_off():
-    from core.experiments.bench import _with_defaults
+    from core.paper.runs import _with_defaults
     old = SpecConfig().to_dict()
     del old["context"], old["context_len"]
     assert _with_defaults({"configs": {"nanospec": old}})["configs"]["nanospec"]["context"] == "off"

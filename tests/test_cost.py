@@ -1,10 +1,10 @@
-"""The cost model of a speculative step (core/decoding/cost.py) and the acceptance reduction it reads
+"""The cost model of a speculative step (core/cost/model.py) and the acceptance reduction it reads
 (core.trace.stats.acceptance_counts)."""
 import pytest
 
-from core.decoding import cost
-from core.decoding.cost import (Acceptance, Costs, Shape, best_shape, break_even_tau, expected_accepted, interpolate,
-                                predicted_speedup, run_speedup, shape_grid, step_ms)
+from core.cost import model as cost
+from core.cost.model import (Acceptance, Costs, Shape, best_shape, break_even_tau, expected_accepted, interpolate,
+                             predicted_speedup, run_speedup, shape_grid, step_ms)
 from core.trace.record import StepRecord
 from core.trace.stats import acceptance_counts, acceptance_rates
 

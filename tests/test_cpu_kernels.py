@@ -1,11 +1,11 @@
-"""The fused CPU kernels (core/kernels/cpu/cpu_layer.c) against their torch reference, the fast runtime's torch path."""
+"""The fused CPU kernels (core/kernels/cpu/layer_ops.c, int4_mm.c) against their torch reference, the fast runtime's torch path."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from core.runtime import fast as rt
 from core.runtime.config import Arch
-from core.runtime.weights import int4_codes, quantize
+from core.runtime.quant import int4_codes, quantize
 from core.kernels.cpu import cpu_layer
 
 pytestmark = pytest.mark.skipif(cpu_layer.lib() is None, reason=f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
@@ -170,7 +170,7 @@ def test_topk_leaves_a_nan_too_few_finite_values_or_a_large_k_to_torch(bad):
 
 
 def test_runner_keeps_its_torch_path_when_the_kernels_cannot_build(monkeypatch):
-    from core.experiments.tiny import tiny_model
+    from tools.tiny import tiny_model
 
     monkeypatch.setenv("CC", "/nonexistent/cc")
     cpu_layer.lib.cache_clear()
@@ -198,7 +198,7 @@ def test_pipeline_runtime_note_says_which_path_runs_and_why():
 
 
 def test_a_head_dim_the_kernels_do_not_tile_keeps_the_torch_path():
-    from core.experiments.tiny import tiny_model
+    from tools.tiny import tiny_model
     runner = rt.FastRunner(tiny_model(0, d=32))  # 4 heads of 8
     assert not runner.kernels and "multiple of 16" in runner.kernels_reason
     ref = runner.model(input_ids=torch.tensor([[3, 4, 5]])).logits[0]

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from core.experiments import chunks
-from core.experiments.device_check import GOAL_COLS, KERNEL_COLS, LOSSLESS_COLS, STEPS, main
-from core.train.device import TAU_COLS
 from core.errors import SpecError
-from core.experiments.paper import SPEED_COLS
+from core.paper import SPEED_COLS
+from core.train.device import TAU_COLS
+from tools import chunks
+from tools.device_check import GOAL_COLS, KERNEL_COLS, LOSSLESS_COLS, STEPS, main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -57,7 +57,7 @@ def test_json_and_markdown_outputs_exist(run):
 
 
 def test_kernels_table_is_the_one_docs_kernels_md_shows_with_triton_rows_timed(run):
-    from core.kernels.triton.bench import COLUMNS
+    from bench.suites.lm_head import COLUMNS
     lines = (run[0] / "kernels.md").read_text().splitlines()
     assert lines[0] == "```" and lines[2] == COLUMNS and lines[-1] == "```"
     triton = [r for r in rows(run[0] / "kernels.csv") if r["method"].startswith("triton")]
@@ -116,8 +116,8 @@ def test_parts_install_only_once_all_have_arrived(tmp_path):
 
 
 def test_an_unknown_step_is_a_clear_error(tmp_path):
-    from core.cli import dispatch
-    assert dispatch(["device-check", "--tiny", "--out", str(tmp_path), "--steps", "env,nope"]) == 2
+    from tools.device_check import cli
+    assert cli(["--tiny", "--out", str(tmp_path), "--steps", "env,nope"]) == 2
 
 
 def test_a_failure_after_training_keeps_the_trained_head(tmp_path, monkeypatch):

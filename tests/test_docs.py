@@ -8,7 +8,8 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 LOG = DOCS / "log"
 
-REPO_PREFIXES = ("core/", "ui/", "viz/", "tests/", "assets/", "docs/", "app.py", "requirements.txt", ".ci/")
+REPO_PREFIXES = ("core/", "ui/", "viz/", "tests/", "assets/", "docs/", "app.py", "requirements.txt", ".ci/", "bench/", "tools/",
+                 "results/")
 NOT_IN_REPO = ("runs/", "out/", "~/", "$")  # run outputs and the cache: made by commands, never committed
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)

@@ -3,7 +3,7 @@ import torch
 
 from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
 from core.decoding.eagle_io import load_head, load_official_state_dict, save_head
-from core.experiments.tiny import tiny_model
+from tools.tiny import tiny_model
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny matmuls: one thread (conftest)

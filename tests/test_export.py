@@ -9,9 +9,9 @@ from core.cli import dispatch
 from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
 from core.decoding.eagle_io import load_official, save_official
 from core.errors import SpecError
-from core.experiments.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
+from core.maps.export import (candidate_counts, check_disjoint, d2t_t2d, dynamic_coverage, emitted_counts, ranking,
                          token_map, write_map)
-from core.experiments.tiny import tiny_model
+from tools.tiny import tiny_model
 from core.prompts import Prompt
 from core.trace.record import StepRecord
 
@@ -170,7 +170,7 @@ def test_official_layout_names_the_architecture_sglang_selects_when_asked(tmp_pa
 
 
 def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp_path):
-    from core.experiments.export import calibration_prompts
+    from core.maps.export import calibration_prompts
     rows = [{"source": "x", "category": "qa", "prompt": f"q{i}" + ("!" * 50 * (i == 3)), "response": "a"} for i in range(8)]
     path = tmp_path / "instructions_qa.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
@@ -179,7 +179,7 @@ def test_calibration_reads_instruction_corpora_evenly_and_skips_long_prompts(tmp
 
 
 def test_nanospec_ranking_mixes_needed_tokens_and_corpus_half_and_half_then_candidates():
-    from core.experiments.export import source_keys
+    from core.maps.export import source_keys
     runs = [[step([3, 3, 3, 4], [True] * 4, [["verify", [2]]])]]
     corpus = torch.tensor([0, 10, 0, 0, 0, 90])  # p: id 1 0.1, id 5 0.9; needed p: id 3 0.75, id 4 0.25
     assert ranking(source_keys("nanospec", corpus, runs, 6), 6).tolist() == [5, 3, 4, 1, 2, 0]

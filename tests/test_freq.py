@@ -5,10 +5,10 @@ import torch
 
 from core.decoding.freq import frspec_ids, load_ranks, load_table, special_ids
 from core.errors import SpecError
-from core.experiments import freq
-from core.experiments.freq import count_generations, count_tokens, read_texts, save_table
+from core.train import freq
+from core.train.freq import count_generations, count_tokens, read_texts, save_table
 from core.models import freq_table, model_alias
-from core.experiments.tiny import tiny_model, tiny_tokenizer
+from tools.tiny import tiny_model, tiny_tokenizer
 
 TEMPLATE = "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s>{% endif %}"
 

@@ -1,4 +1,4 @@
-"""A GGUF model's Q4_K / Q6_K codes as the target's weights (core/kernels/cpu/gguf_codes.py, gguf_mm.c): they decode to
+"""A GGUF model's Q4_K / Q6_K codes as the target's weights (core/kernels/cpu/gguf_codes.py, codes_mm.c): they decode to
 exactly the bf16 weights the model holds, their products are those weights' products, each row is the same whatever
 rows share the call, and a bf16 model on them keeps speculative greedy = its own greedy."""
 import numpy as np
@@ -143,7 +143,7 @@ def test_a_weight_that_differs_from_its_codes_keeps_that_matrix_off_them(tmp_pat
 
 @needs_codes
 def test_the_memory_bound_counts_the_codes_bytes_of_a_model_on_them(tmp_path):
-    from core.experiments.bandwidth import step_bytes
+    from bench.bandwidth import step_bytes
     from core.runtime.fast import FastRunner
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf")
     runner = FastRunner(target)

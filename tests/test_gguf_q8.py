@@ -1,4 +1,4 @@
-"""A GGUF model's raw blocks as its products with int8 activations (core/kernels/cpu/gguf_q8.py, gguf_q8.c; AVX2,
+"""A GGUF model's raw blocks as its products with int8 activations (core/kernels/cpu/gguf_q8.py, q8_mm.c; AVX2,
 AVX-VNNI, AVX512-VNNI: every variant this machine runs): for every type the shipped GGUFs hold, the product is the
 fp64 product of gguf-py's weights with the int8-rounded inputs, the variants give the same floats, each row is the
 same whatever rows and threads share the call, and a model on them keeps speculative greedy = its own greedy."""
@@ -12,6 +12,7 @@ from gguf_cases import dequantized, gguf_qwen2, mixed, on_codes, random_blocks, 
 
 from core.kernels.cpu import gguf_q8 as q8
 from core.kernels.cpu import isa
+from core.kernels.cpu.tuning import set_tuning, tuned, tuning
 
 needs_q8 = pytest.mark.skipif(not q8.available(), reason="no AVX2 q8_mm here (core/kernels/cpu/isa.py)")
 KINDS = list(q8.BLOCK)
@@ -80,21 +81,25 @@ def test_zmm_pairing_and_prefetch_settings_change_no_float(pair_rows, prefetch, 
     lib, reference = cpu_layer.lib(), q8.q8_mm(x, c._replace(variant="avx2"))
     before = lib.q8_pair_rows(), lib.q8_prefetch_bytes(), lib.q8_stream_bytes()
     try:
-        lib.q8_set_pair_rows(pair_rows), lib.q8_set_prefetch(prefetch), lib.q8_set_stream(stream)
-        assert all(torch.equal(q8.q8_mm(x[:m], c), reference[:m]) for m in (1, 2, 3, 5, 6, 9))  # 4, 2 and 1 chains
+        lib.q8_set_pair_rows(pair_rows)
+        with tuned(prefetch=prefetch, stream=stream):  # the options, handed to the loaded library in this process
+            assert (lib.q8_prefetch_bytes(), lib.q8_stream_bytes()) == (prefetch, stream)
+            assert all(torch.equal(q8.q8_mm(x[:m], c), reference[:m]) for m in (1, 2, 3, 5, 6, 9))  # 4, 2 and 1 chains
     finally:
-        lib.q8_set_pair_rows(before[0]), lib.q8_set_prefetch(before[1]), lib.q8_set_stream(before[2])
+        lib.q8_set_pair_rows(before[0])
+    assert (lib.q8_pair_rows(), lib.q8_prefetch_bytes(), lib.q8_stream_bytes()) == before
 
 
-@pytest.mark.parametrize("var", ["SPECLENS_Q8_PREFETCH", "SPECLENS_Q8_STREAM"])
-def test_a_prefetch_setting_that_is_not_a_byte_count_is_refused_by_name(monkeypatch, var):
+@pytest.mark.parametrize("var", ["prefetch", "stream"])
+def test_a_prefetch_setting_that_is_not_a_byte_count_is_refused_by_name(var):
     from core.errors import SpecError
-    from core.kernels.cpu.cpu_layer import prefetch_setting
-    monkeypatch.setenv(var, "lots")
+    with pytest.raises(SpecError, match=f"Q8Tuning.{var}='lots'"):
+        set_tuning(**{var: "lots"})
     with pytest.raises(SpecError, match=var):
-        prefetch_setting(var)
-    monkeypatch.setenv(var, "0")
-    assert prefetch_setting(var) == 0
+        set_tuning(**{var: -2})
+    with tuned(**{var: 0}):
+        assert getattr(tuning(), var) == 0
+    assert getattr(tuning(), var) == -1
 
 
 @needs_q8
@@ -265,11 +270,11 @@ def test_all_layers_in_one_call_give_the_per_kernel_floats_bit_for_bit(tmp_path,
 
 @needs_q8
 def test_the_one_call_switch_keeps_the_per_kernel_path(tmp_path, monkeypatch):
+    from core.runtime.config import FastConfig
     from core.runtime.fast import FastRunner
     monkeypatch.setenv("SPECLENS_GGUF_MATH", "int8")
-    monkeypatch.setenv("SPECLENS_ONE_CALL", "0")
     target, _ = gguf_qwen2(tmp_path / "tiny.gguf", kinds=mixed, dtype=torch.float32)
-    assert FastRunner(target).one_call is None
+    assert FastRunner(target, fast_cfg=FastConfig(one_call=False)).one_call is None
 
 
 @needs_q8
@@ -343,8 +348,8 @@ def test_interleaved_groups_give_the_fp64_product_and_the_same_rows_whatever_row
     assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
     alone = torch.cat([q8.q8_mm(x[i:i + 1], c) for i in range(13)])
     assert torch.equal(y, alone)
-    monkeypatch.setenv("SPECLENS_Q8_INTERLEAVE", "0")
-    flat, _ = matrix(kind, n=40)
+    with tuned(interleave=False):
+        flat, _ = matrix(kind, n=40)
     assert flat.x8 is None and torch.allclose(q8.q8_mm(x, flat), y, rtol=1e-5, atol=1e-5 * y.abs().max().item())
 
 

@@ -66,7 +66,7 @@ def test_the_sources_build_with_clang_at_x86_64_v3(tmp_path):
 @needs_clang
 def test_a_library_built_without_openmp_runs_one_thread_and_the_note_says_so(monkeypatch):
     """Debian's clang has no libomp: the build falls back to one thread, and the runtime note says why."""
-    from core.experiments.tiny import tiny_model
+    from tools.tiny import tiny_model
     from core.pipeline import runtime_note
     from core.runtime import fast
     monkeypatch.setenv("CC", "clang")
@@ -115,8 +115,8 @@ def test_an_unknown_level_is_refused_by_name(monkeypatch):
 
 def test_a_failed_build_names_the_compilers_first_error_and_is_remembered(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    cc = fake_cc(tmp_path, "In function 'pair_ph':\ngguf_q8.c:61:5: error: inlining failed: target specific option")
-    with pytest.raises(build.BuildError, match=r"-march=native failed: gguf_q8\.c:61: inlining failed"):
+    cc = fake_cc(tmp_path, "In function 'pair_ph':\nq8_mm.c:61:5: error: inlining failed: target specific option")
+    with pytest.raises(build.BuildError, match=r"-march=native failed: q8_mm\.c:61: inlining failed"):
         build.library("native", str(cc))
     tried = builds(tmp_path)
     assert tried == 2  # with OpenMP, then without
@@ -143,7 +143,7 @@ def test_a_missing_compiler_is_named(monkeypatch):
 
 
 def test_the_runtime_note_says_the_kernels_are_off_why_and_what_it_costs(tmp_path, monkeypatch):
-    from core.experiments.tiny import tiny_model
+    from tools.tiny import tiny_model
     from core.pipeline import runtime_note
     from core.runtime import fast
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))

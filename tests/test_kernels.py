@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from core.kernels import triton as kernels  # noqa: E402
 from core.errors import SpecError  # noqa: E402
-from core.kernels.triton import bench  # noqa: E402
+from bench.suites import lm_head as bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}

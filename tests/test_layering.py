@@ -32,7 +32,8 @@ LAYERS = layer_table(ARCHITECTURE.read_text())
 
 def project_modules() -> list:
     mods = []
-    for path in [*ROOT.glob("core/**/*.py"), *ROOT.glob("ui/*.py"), *ROOT.glob("viz/*.py"), ROOT / "app.py"]:
+    for path in [*ROOT.glob("core/**/*.py"), *ROOT.glob("ui/*.py"), *ROOT.glob("viz/*.py"), ROOT / "app.py",
+                 *ROOT.glob("bench/**/*.py"), *ROOT.glob("tools/**/*.py")]:
         if path.name == "__init__.py" and not path.read_text().strip():
             continue  # an empty package file: no code, no imports
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -78,6 +79,16 @@ def test_core_never_imports_viz_below_the_command_line_door():
     door = {m for m in MODULES if layer_of(m) == "command-line door"}
     assert [m for m in MODULES if m.startswith("core.") and m not in door
             and any(n.startswith("viz") for n in project_imports(m))] == []
+
+
+OUTSIDE = ("bench", "tools")  # the benchmarks and the tools: they import the product, never the other way
+
+
+def test_no_module_of_the_product_imports_the_benchmarks_or_tools():
+    product = [m for m in MODULES if m.split(".")[0] not in OUTSIDE]
+    assert product and {m for m in MODULES if m.split(".")[0] in OUTSIDE}
+    assert {m: sorted(n for n in project_imports(m) if n.split(".")[0] in OUTSIDE)
+            for m in product if any(n.split(".")[0] in OUTSIDE for n in project_imports(m))} == {}
 
 
 def test_kernels_import_nothing_above_them():

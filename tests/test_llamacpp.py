@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import SpecError
-from core.experiments import llamacpp, llamacpp_bench, llamacpp_build, llamacpp_run
+from bench.llamacpp import cli as llamacpp
+from bench.llamacpp import build as llamacpp_build, compare as llamacpp_bench, run as llamacpp_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 
@@ -28,14 +29,14 @@ def read(name: str) -> str:
 
 def test_a_missing_build_names_the_build_command(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    with pytest.raises(SpecError, match=r"llama.cpp is not built: run python -m core.experiments.llamacpp build"):
+    with pytest.raises(SpecError, match=r"llama.cpp is not built: run python -m bench llamacpp build"):
         llamacpp_build.binary("llama-completion")
 
 
 def test_the_bench_command_without_a_build_exits_2_with_the_build_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     assert llamacpp.main(["bench", "--model", "smollm2-135m-instruct"]) == 2
-    assert "error: llama.cpp is not built: run python -m core.experiments.llamacpp build" in capsys.readouterr().err
+    assert "error: llama.cpp is not built: run python -m bench llamacpp build" in capsys.readouterr().err
 
 
 def test_an_unknown_tool_is_refused_by_name(fake_build):
@@ -187,7 +188,7 @@ def smollm2_ready() -> bool:
         and (converted_dir("smollm2-135m-instruct") / "config.json").is_file()
 
 
-@pytest.mark.skipif(not smollm2_ready(), reason="llama.cpp is not built (python -m core.experiments.llamacpp build) "
+@pytest.mark.skipif(not smollm2_ready(), reason="llama.cpp is not built (python -m bench llamacpp build) "
                                                 "or SmolLM2 is not in the cache")
 def test_the_built_completion_tool_reads_our_templated_prompt_as_our_ids_and_decodes_n_tokens():
     from core.models import chat_prompt_ids, load_tokenizer, source_gguf
@@ -234,7 +235,7 @@ def test_the_avx2_build_turns_off_every_feature_above_avx2():
 def test_the_passes_command_without_a_build_exits_2_with_the_build_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     assert llamacpp.main(["passes", "--model", "smollm2-135m-instruct"]) == 2
-    assert "error: llama.cpp is not built: run python -m core.experiments.llamacpp build" in capsys.readouterr().err
+    assert "error: llama.cpp is not built: run python -m bench llamacpp build" in capsys.readouterr().err
 
 
 def test_a_peer_pass_is_llama_benchs_batch_of_n_tokens_after_the_depth_in_whole_batches(fake_build):
@@ -244,7 +245,7 @@ def test_a_peer_pass_is_llama_benchs_batch_of_n_tokens_after_the_depth_in_whole_
 
 
 def test_peer_passes_read_ms_per_pass_from_llama_bench_and_name_a_crashed_batch(fake_build, monkeypatch):
-    from core.experiments import llamacpp_passes
+    from bench.llamacpp import passes as llamacpp_passes
     (fake_build / "llama-bench").write_text(  # tok/s of a 1-token batch: 25; of more: 40; a batch of 16 crashes
         '#!/bin/sh\nn=$(echo "$@" | sed "s/.*-p \\([0-9]*\\).*/\\1/")\n[ "$n" = 16 ] && kill -SEGV $$\n'
         'ts=40; [ "$n" = 1 ] && ts=25\n'

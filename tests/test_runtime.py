@@ -110,10 +110,9 @@ def test_make_runner_choices():
 def test_default_model_short(monkeypatch):
     """The fast runtime's own fp32 products against transformers' (a GGUF's int8 products: tests/test_gguf_q8.py)."""
     from core.models import load_model
-    monkeypatch.setenv("SPECLENS_GGUF_CODES", "0")
 
     model, _ = load_model(DEFAULT_MODEL)
-    runner = make_runner(model, None, "auto")
+    runner = make_runner(model, None, "auto", FastConfig(codes=False))
     assert runner.runtime_name == "fast", runner.fallback_reason
     prompt = [1, 504, 3458, 282, 4457, 314]
     hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))

@@ -216,7 +216,8 @@ def test_a_quantized_draft_model_keeps_greedy_exact_and_is_still_accepted(weight
 
 def test_quantized_weights_stay_within_a_few_percent_of_the_models_own_products():
     """int8 per channel / int4 per group of 64: the layer products of a draft model stay close to its bf16 ones."""
-    from core.runtime.weights import Forms, mm, quantize
+    from core.runtime.quant import quantize
+    from core.runtime.weights import Forms, mm
     g = torch.Generator().manual_seed(0)
     w, x = torch.randn(96, 128, generator=g).bfloat16(), torch.randn(3, 128, generator=g)
     ref = x @ w.float().t()

@@ -5,12 +5,13 @@ import inspect
 import pytest
 
 from core import models
+from core.models import load
 from core.errors import SpecError
 
 
 @pytest.fixture
 def hub_reachable(monkeypatch):
-    monkeypatch.setattr(models, "hub_unreachable", lambda model_id: False)
+    monkeypatch.setattr(load, "hub_unreachable", lambda model_id: False)
 
 
 @pytest.mark.parametrize("env, expected", [(None, False), ("0", False), ("true", False), ("yes", False),
@@ -49,7 +50,7 @@ class FakeModel:
 
 def test_offline_aliases_and_local_dirs_never_ask_for_remote_code(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECLENS_TRUST_REMOTE_CODE", "1")
-    monkeypatch.setattr(models, "cached_checkpoint", lambda name: tmp_path)
+    monkeypatch.setattr(load, "cached_checkpoint", lambda name: tmp_path)
     assert models.resolve_source("smollm2-135m-instruct")[1] == {}
     assert models.resolve_source(str(tmp_path))[1] == {}
 

@@ -2,7 +2,8 @@
 (hand-made StepRecords and rows, no model)."""
 import pytest
 
-from core.experiments import bench, context_bench
+from bench.suites import context as context_bench
+from core.paper import runs as bench
 
 from core.trace import stats
 from core.trace.record import TIMERS, StepRecord

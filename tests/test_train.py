@@ -11,7 +11,7 @@ from core.train import data as td
 from core.train import eagle as te
 from core.decoding.eagle import EagleConfig, EagleHead, init_from_target
 from core.errors import SpecError
-from core.experiments.tiny import tiny_model, tiny_tokenizer
+from tools.tiny import tiny_model, tiny_tokenizer
 from core.train.loop import due, load_checkpoint, lr_at, parse_config, save_checkpoint
 from core.train.slim import SlimConfig, held_out, svd_init, train_factors, whitened_svd
 

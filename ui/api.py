@@ -2,7 +2,8 @@
 import gradio as gr
 
 import core.engine_thread as engine_thread
-from core.calibration import resolve_shape, shape_label
+from core.cost.choose import resolve_shape
+from core.cost.predict import shape_label
 from core.trace.live import run_to_end
 from ui.models import DEFAULT_KEY, GPU, load_pipeline
 from ui.runs import RUN_MAX_SECONDS, check_prompt, default_settings, error_message, make_config

@@ -2,7 +2,7 @@
 import gradio as gr
 
 import core.engine_thread as engine_thread
-from core.calibration import resolve_shape
+from core.cost.choose import resolve_shape
 from core.config import METHODS, SpecConfig
 from core.errors import SpecError
 from core.trace.live import baseline_of, run_to_end

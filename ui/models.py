@@ -55,11 +55,11 @@ def load_pipeline(model_key: str):
 
 def preload_default_model() -> None:
     """Loads the default model in the background so the first Run does not wait for it, then measures this machine's
-    step costs for it where none are cached (ui/calibrating.py)."""
+    step costs for it where none are cached (ui/cost_measure.py)."""
     def work():
-        from ui import calibrating
+        from ui import cost_measure
         try:
-            calibrating.start(DEFAULT_KEY, load_pipeline(DEFAULT_KEY))
+            cost_measure.start(DEFAULT_KEY, load_pipeline(DEFAULT_KEY))
         except SpecError as e:
             print(f"[speclens] preload skipped: {e}", file=sys.stderr)
     threading.Thread(target=work, daemon=True, name="speclens-preload").start()  # the load itself: on the engine

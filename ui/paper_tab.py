@@ -1,4 +1,4 @@
-"""Paper figures tab: core.experiments.paper.run_paper (the same code as `python -m core bench --figures DIR`) with
+"""Paper figures tab: core.paper.run_paper (the same code as `python -m core bench --figures DIR`) with
 gradio's progress bar. Outputs: note, report, files."""
 import tempfile
 import threading
@@ -7,7 +7,7 @@ from pathlib import Path
 import gradio as gr
 
 import core.engine_thread as engine_thread
-from core.experiments.paper import run_paper
+from core.paper import run_paper
 from ui.models import GPU, parse_model_key
 from ui.runs import shown_error
 from viz.notes import status_note

@@ -7,12 +7,12 @@ import time
 
 import gradio as gr
 
-from core.calibration import resolve_shape
+from core.cost.choose import resolve_shape
 from core.examples import EXAMPLES
 from core.trace.live import LiveRun, baseline_of, finish_trace
 from core.trace.stats import summarize
 from core.trace.record import StepRecord
-from ui import calibrating
+from ui import cost_measure
 from ui.models import GPU, load_pipeline, parse_model_key
 from ui.runs import (RUN_MAX_SECONDS, ar_baseline, baseline_key, cached_ar, check_prompt, cost_now, make_config, pay_for,
                      remember_ar, shown_error, stoppable, summary_for, write_downloads)
@@ -54,8 +54,8 @@ def cost_report(pipe, cfg, model_key: str, shape_note: str, prompt_tokens: int |
     calibration starts (after the run: it would share the CPU with it) and its state is kept with the report."""
     out = cost_now(pipe, cfg, shape_note, prompt_tokens)
     if out.get("missing"):
-        calibrating.start(model_key, pipe)
-        out["calibrating"] = calibrating.status(model_key)
+        cost_measure.start(model_key, pipe)
+        out["calibrating"] = cost_measure.status(model_key)
     return out
 
 

@@ -146,10 +146,10 @@ def ar_baseline(pipe, prompt: str, cfg: SpecConfig, model_key: str, should_stop=
 
 
 def cost_now(pipe, cfg: SpecConfig, note: str = "", prompt_tokens: int | None = None) -> dict:
-    """core.calibration.report of a run's config read at this moment: a probe of the target's and the drafter's passes
+    """core.cost.choose.report of a run's config read at this moment: a probe of the target's and the drafter's passes
     (on the engine thread, at most every PROBE_MAX_AGE_S per pipeline) rescales the cached calibration's curves."""
-    from core.calibration import report
-    from core.experiments.calibrate import PROBE_MAX_AGE_S, anchor_probe
+    from core.cost.choose import report
+    from core.cost.probe import PROBE_MAX_AGE_S, anchor_probe
     probe = engine_thread.call(anchor_probe, pipe, PROBE_MAX_AGE_S)
     return report(pipe, cfg, note, prompt_tokens, probe)
 
@@ -178,12 +178,21 @@ def summary_for(trace: dict) -> str:
 
 
 def pay_for(trace: dict) -> str:
-    """The "Will it pay here?" panel of a finished run: meta["cost"] (core.calibration.report) beside what it measured."""
+    """The "Will it pay here?" panel of a finished run: meta["cost"] (core.cost.choose.report) beside what it measured."""
     meta = trace.get("meta", {})
     ar, _ = comparison(trace)
     cost = meta.get("cost")
     return pay_panel(cost, meta.get("summary"), speedup(meta.get("summary") or {}, ar),
-                     (cost or {}).get("calibrating"))
+                     (cost or {}).get("calibrating"), measured_like_here(meta.get("model", "")))
+
+
+def measured_like_here(model: str) -> list:
+    """The results rows of this model measured on CPUs of this machine's class (none where the file is missing)."""
+    from core.results import like_this_cpu
+    try:
+        return [r for r in like_this_cpu() if r.get("model") == model]
+    except (OSError, ValueError):
+        return []
 
 
 def write_downloads(trace: dict) -> list:

@@ -1,4 +1,4 @@
-"""Plotly figures for the paper experiments, from plain rows (lists of dicts) made by core/experiments/paper.py.
+"""Plotly figures for the paper experiments, from plain rows (lists of dicts) made by core/paper/.
 
 No torch, no model code: every function takes the rows of one CSV and returns a go.Figure.
 """
@@ -156,7 +156,7 @@ def fig_nu_rho(rows, kappa, levels=(0.8, 0.9, 1.0, 1.1, 1.2, 1.3)):
 
 
 def draw_figures(tables: dict, kappa: float, nanospec_point=None) -> dict:
-    """Every paper output drawn: {name: (columns, rows)} -> {name: figure} (core.experiments.paper's tables)."""
+    """Every paper output drawn: {name: (columns, rows)} -> {name: figure} (core.paper's tables)."""
     t = {name: rows for name, (_, rows) in tables.items()}
     cols = {name: c for name, (c, _) in tables.items()}
     return {"fig1a_oracle_vs_actual": fig_oracle_vs_actual(t["fig1a_oracle_vs_actual"], nanospec_point),

@@ -1,5 +1,5 @@
 """The "Will it pay here?" panel: this machine's measured step costs, each method's break-even τ, and the cost
-model's prediction beside what the run measured. Input: trace meta["cost"] (core.calibration.report) and the run's
+model's prediction beside what the run measured. Input: trace meta["cost"] (core.cost.choose.report) and the run's
 summary and baseline; no model code here."""
 from viz.tokens import esc
 
@@ -73,9 +73,29 @@ def _table(cost: dict, measured: dict) -> str:
     return f'<table>{head}{"".join(rows)}</table>'
 
 
+def like_yours(rows: list | None) -> str:
+    """One line per results row measured on CPUs of this one's class for this model (core.results.like_this_cpu)."""
+    out = []
+    for r in rows or []:
+        f = r.get("figures", {})
+        if r.get("kind") == "plain" and f.get("llamacpp_tok_s"):
+            what = (f"plain decoding {f['ours_tok_s'] / f['llamacpp_tok_s']:.2f}× llama.cpp's "
+                    f"({f['ours_tok_s']:g} / {f['llamacpp_tok_s']:g} tok/s)")
+        elif r.get("kind") == "speculation" and f.get("best_spec_x"):
+            what = f"best speculation {f['best_spec_x']:.2f}× plain decoding ({f.get('best_spec_label', '')})"
+        else:
+            continue
+        out.append(f"<li>{esc(r.get('cpu_label', ''))}, {r.get('threads')} threads: {esc(what)}, {esc(r.get('date', ''))}"
+                   "</li>")
+    if not out:
+        return ""
+    return f'<div class="pay-like">Measured on CPUs like yours:<ul>{"".join(out)}</ul></div>'
+
+
 def pay_panel(cost: dict | None, summary: dict | None = None, speedup: float | None = None,
-              calibrating: dict | None = None) -> str:
-    """cost: core.calibration.report; summary: the run's (its τ); speedup: measured over plain decoding."""
+              calibrating: dict | None = None, like: list | None = None) -> str:
+    """cost: core.cost.choose.report; summary: the run's (its τ); speedup: measured over plain decoding; like: the
+    results rows measured on CPUs of this one's class for this model."""
     if not cost:
         return ('<div class="speclens pay-panel pay-empty">Will it pay here? Run a prompt to see this machine\'s '
                 'costs and the cost model\'s verdict.</div>')
@@ -87,7 +107,8 @@ def pay_panel(cost: dict | None, summary: dict | None = None, speedup: float | N
                           "the next run shows the prediction",
                "failed": f"the calibration failed ({esc((calibrating or {}).get('step', ''))})"}.get(
             state, f"no calibration for this machine and model yet: <code>{esc(cost['missing'])}</code>")
-        return f'<div class="speclens pay-panel"><div class="pay-title">Will it pay here?</div>{shape}<div>{msg}</div></div>'
+        return (f'<div class="speclens pay-panel"><div class="pay-title">Will it pay here?</div>{shape}<div>{msg}</div>'
+                f'{like_yours(like)}</div>')
     tau = (summary or {}).get("mean_accept_len") if summary and summary.get("steps") else None
     measured = {"tau": tau, "speedup": speedup}
     m = cost["machine"]
@@ -97,4 +118,5 @@ def pay_panel(cost: dict | None, summary: dict | None = None, speedup: float | N
     reason = pay_reason(cost, tau, speedup)
     return (f'<div class="speclens pay-panel" id="pay-panel-body"><div class="pay-title">Will it pay here?</div>'
             f'<div class="pay-reason">{esc(reason)}</div>{shape}<div class="pay-costs">{_costs_line(cost)}</div>'
-            f'<div class="compare-table">{_table(cost, measured)}</div><div class="pay-where">{where}</div></div>')
+            f'<div class="compare-table">{_table(cost, measured)}</div><div class="pay-where">{where}</div>'
+            f'{like_yours(like)}</div>')

@@ -114,7 +114,7 @@ class ModelSwitch:
     context's longer steps (SmolLM2: the model drafted on 66% of plain steps where it lost 13%). The first WARM
     steps of each kind measure; afterwards the other choice is explored every EXPLORE-th step while the two sides
     are within CLOSE of each other, and every EXPLORE * FAR-th step when one side clearly wins, so a model that
-    never pays costs little. With a prior (this machine's calibration: core/calibration.py switch_prior) the means
+    never pays costs little. With a prior (this machine's calibration: core/cost/choose.py switch_prior) the means
     start as WARM steps of each kind at their calibrated costs, so a run starts from the calibration's choice instead
     of WARM steps with the model on each side (the pair on an AMD EPYC: 6 of a 64-token run's ~29 steps drafted the
     model at ~200 ms where a plain step took 32, 0.68x against the context alone's 1.01x); what the run measures then

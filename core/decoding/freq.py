@@ -1,5 +1,5 @@
 """FR-Spec frequency tables as the draft heads read them: a table's counts, the ranks they give, and the FR-Spec
-vocabulary (the top-k ids plus the ids a draft must keep). Counting a corpus: core/experiments/freq.py."""
+vocabulary (the top-k ids plus the ids a draft must keep). Counting a corpus: core/train/freq.py."""
 import json
 
 import torch

@@ -7,7 +7,7 @@ states in the model's dtype.
 The KV cache is two static tensors, keys transposed [layers, kv_heads, head_dim, max_len] (scores are then a
 vector loop over the keys) and values [layers, kv_heads, max_len, head_dim]: committed rows, then pending rows;
 `commit` compacts the kept pending rows in place.
-Between the GEMMs, fused C kernels (core/kernels/cpu/cpu_layer.c) replace ~10 small torch ops each where a C
+Between the GEMMs, fused C kernels (core/kernels/cpu/layer_ops.c) replace ~10 small torch ops each where a C
 compiler is at hand (`FastRunner.kernels`); the torch functions below stay as their reference and fallback.
 `make_runner` chooses the runtime (fast where it is supported and agrees with transformers, else eager).
 """
@@ -17,21 +17,19 @@ import torch
 import torch.nn.functional as F
 
 from core.kernels.cpu import cpu_layer, gguf_q8, isa
+from core.runtime.arch import arch_of, rope_table, unsupported_reason
 from core.runtime.config import Arch, FastConfig
+from core.runtime.quant import QUANTS
 from core.runtime.runner import EagerRunner, top2
 from core.runtime.weights import (
     MATRICES,
     PREFILL_ROWS,
     prefill_on_plain,
-    QUANTS,
-    arch_of,
     exact_pads,
     fast_weights,
     layout_of,
     mm,
     norm_w,
-    rope_table,
-    unsupported_reason,
 )
 
 

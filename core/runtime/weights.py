@@ -18,7 +18,8 @@ the same as blocked for n > 1).
   dtype and layout, AVX2): each matrix whose GGUF blocks match its weights is multiplied on those blocks with int8
   activations, llama.cpp's arithmetic (core/kernels/cpu/gguf_q8.py). Either way each output row is independent of
   the other rows at any row count.
-- int8 / int4 (a draft model's layers): weight-only quantized, per output channel or per group of INT4_GROUP inputs.
+- int8 / int4 (a draft model's layers): weight-only quantized, per output channel or per group of INT4_GROUP inputs
+  (core/runtime/quant.py).
 With packed bf16 weights a token's logits are bit-identical whether it is verified in a tree / chain of up to PACK_ROWS
 tokens or decoded alone.
 """
@@ -31,14 +32,10 @@ import torch.nn.functional as F
 
 from core.errors import SpecError
 from core.kernels.cpu import cpu_layer, gguf_codes, gguf_q8, isa
+from core.runtime.arch import rope_subs
 from core.runtime.config import Arch, FastConfig
+from core.runtime.quant import QUANTS, quantize
 from core.runtime.runner import window_of
-
-ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
-
-
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # static tables; dynamic/longrope depend on length
-
 
 PACK_ROWS = 32  # packed products are called with at most this many rows (longer inputs are split)
 
@@ -46,24 +43,8 @@ PACK_ROWS = 32  # packed products are called with at most this many rows (longer
 PAD_TRIES = (1, 2, 4, 8, 16)  # row counts a short packed product may be padded to (see row_pad)
 
 
-QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group of INT4_GROUP inputs (int4)
-
-
-INT4_GROUP = 64
-
-
 PREFILL_ROWS = 8  # a prompt's pass of this many rows or more: the plain copy beside int8 blocks (mm, prefill_on_plain)
-QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's
-
-
-def rope_subs(hf_cfg) -> dict:
-    """{layer type: rope params} (gemma3: one per layer type) or {None: rope params}."""
-    rope = getattr(hf_cfg, "rope_parameters", None) or getattr(hf_cfg, "rope_scaling", None) or {}
-    return {k: v for k, v in rope.items() if isinstance(v, dict)} or {None: rope}
-
-
-def rope_types(hf_cfg) -> list:
-    return [r.get("rope_type", "default") for r in rope_subs(hf_cfg).values()]
+QUANT_ROWS = 6  # torch's quantized CPU products cost ~4 ms per row on a 0.5B layer stack: beyond this, the model's own forms
 
 
 @functools.cache
@@ -93,41 +74,6 @@ def layout_of(fast_cfg: FastConfig, dtype) -> str:
     if fast_cfg.layout == "packed" and not packable:
         raise ValueError("the packed layout needs bf16 weights and oneDNN bf16 (avx512_bf16 or AMX)")
     return fast_cfg.layout
-
-
-def unsupported_reason(model) -> str:
-    """'' if FastRunner covers this model, else a one-line reason (shown by the UI)."""
-    hf_cfg = model.config
-    kind = getattr(hf_cfg, "model_type", "?")
-    if kind not in ARCHS:
-        return f"fast runtime does not cover model_type {kind!r} (covers {', '.join(ARCHS)})"
-    if getattr(hf_cfg, "mlp_bias", False) or getattr(hf_cfg, "attn_logit_softcapping", None):
-        return "fast runtime does not cover MLP biases or attention soft-capping"
-    if getattr(hf_cfg, "use_bidirectional_attention", False):
-        return "fast runtime does not cover bidirectional attention"
-    bad = [t for t in rope_types(hf_cfg) if t not in ROPE_TYPES]
-    if bad:
-        return f"fast runtime does not cover rope_type {bad[0]!r}"
-    if model.model.layers[0].self_attn.o_proj.bias is not None:
-        return "fast runtime does not cover an o_proj bias"
-    return ""
-
-
-def arch_of(model) -> Arch:
-    hf_cfg, layer, dtype = model.config, model.model.layers[0], model.get_output_embeddings().weight.dtype
-    n_heads, n_kv = hf_cfg.num_attention_heads, hf_cfg.num_key_value_heads
-    hd = getattr(hf_cfg, "head_dim", None) or hf_cfg.hidden_size // n_heads
-    gemma = hf_cfg.model_type == "gemma3_text"
-    return Arch(hf_cfg.num_hidden_layers, hf_cfg.hidden_size, n_heads, n_kv, hd, hf_cfg.intermediate_size,
-                hf_cfg.rms_norm_eps, layer.self_attn.scaling, layer.self_attn.q_proj.bias is not None,
-                hasattr(layer.self_attn, "q_norm"), gemma,
-                float(torch.tensor(hf_cfg.hidden_size ** 0.5, dtype=dtype)) if gemma else 1.0,  # as transformers rounds it
-                1.0 if gemma else 0.0, layer.mlp.act_fn, act_index(hf_cfg))
-
-
-def act_index(hf_cfg) -> int:
-    from core.kernels.cpu.cpu_layer import ACTS
-    return ACTS.get(getattr(hf_cfg, "hidden_activation", None) or getattr(hf_cfg, "hidden_act", None), -1)
 
 
 def fuse_t(*linears):
@@ -273,7 +219,7 @@ def codes_math(fc: FastConfig, dtype=torch.bfloat16) -> str:
     11.1 on its bf16 codes, whose NanoSpec ran 17.8: docs/runtime.md), and for an fp32 model where AVX2 is the best
     codes variant; an fp32 model on AMX / AVX512-BF16 keeps its fp32 products. bf16: the bf16 codes (isa.codes_variant),
     the matrices of other types on their int8 blocks (`codes_of`). Where both arithmetics have been calibrated for
-    a model pair, Pipeline.load sets the faster one instead of this rule (core/arithmetic.py)."""
+    a model pair, Pipeline.load sets the faster one instead of this rule (core/cost/choose.py)."""
     if fc.codes_math not in CODES_MATH:
         raise SpecError(f"SPECLENS_GGUF_MATH={fc.codes_math!r}: use one of {', '.join(CODES_MATH)}")
     variant, bf16 = isa.codes_variant(), dtype == torch.bfloat16
@@ -344,30 +290,6 @@ def forms(wt, fc: FastConfig) -> Forms:
     return Forms(plain=wt if fc.layout == "hybrid" else None, blocked=b)
 
 
-def quantize(w, kind: str) -> tuple:
-    """Weight-only quantization of w [out, in]: int8 symmetric per output channel (torch's kernel); int4 asymmetric
-    per group of INT4_GROUP inputs, w = q · scale + lo, for our AVX512-VNNI kernel where it is built, else torch's.
-    (kind, implementation, tensors...)."""
-    w32, dt = w.float().contiguous(), w.dtype
-    if kind == "int8":
-        scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)
-        return "int8", "torch", (w32 / scale.float()[:, None]).round().clamp(-127, 127).to(torch.int8), scale
-    q, scale, lo = int4_codes(w32)
-    if w.shape[1] % cpu_layer.INT4_PAIR == 0 and isa.int4_vnni():
-        return "int4", "vnni", cpu_layer.pack_int4(q, INT4_GROUP), scale.contiguous(), lo.contiguous()
-    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).transpose(0, 1).contiguous().to(dt)  # [groups, out, 2]
-    return "int4", "torch", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), INT4_GROUP, scales_zeros
-
-
-def int4_codes(w32):
-    """w [out, in] fp32 -> (codes [out, in] in 0..15, scale, lo [out, in / INT4_GROUP]), w ≈ codes · scale + lo."""
-    out, k = w32.shape
-    g = w32.view(out, k // INT4_GROUP, INT4_GROUP)
-    lo, hi = g.amin(-1), g.amax(-1)
-    scale = ((hi - lo) / 15).clamp(min=1e-8)
-    return ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 15).view(out, k), scale, lo
-
-
 def quant_mm(x, quant: tuple):
     """x [n, in] @ quantized w^T -> [n, out] (torch's kernels: in the scales' dtype; ours: fp32)."""
     kind, impl, *t = quant
@@ -408,18 +330,6 @@ def fast_weights(model, a: Arch, fast_cfg: FastConfig):
         memo[key] = (*head_weights(model, fast_cfg, codes),
                      [layer_weights(model, i, a, fast_cfg, codes) for i in range(a.n_layers)])
     return memo[key]
-
-
-def rope_table(model, n: int, dtype, layer_type=None):
-    """cos, sin [n, hd] from the model's own rotary module (covers its scaling type); sin sign-folded
-    so that rotate_half(x) * sin == x.roll(hd/2) * sin_s."""
-    pos = torch.arange(n).view(1, n)
-    probe = torch.zeros(1, dtype=dtype)
-    args = (layer_type,) if layer_type else ()
-    cos, sin = model.model.rotary_emb(probe, pos, *args)
-    cos, sin = cos[0].to(dtype), sin[0].to(dtype)
-    half = sin.shape[-1] // 2
-    return cos.contiguous(), torch.cat([-sin[:, :half], sin[:, half:]], -1).contiguous()
 
 
 def prefill_on_plain() -> bool:

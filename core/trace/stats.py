@@ -1,7 +1,7 @@
 """Every number derived from traces: one run's statistics
 (`summarize`), the additive totals a benchmark row keeps (`run_totals`), the statistics of a group of rows
 (`aggregate`), and the greedy losslessness verdict (`compare_to_ar`). The CLI, bench, the paper figures,
-context_bench, bench_pair, the example traces and the app all reduce through these functions.
+the benchmarks (bench/), the example traces and the app all reduce through these functions.
 
 Per-step means are ratios of sums (Σ accepted tokens / Σ steps), so a group of runs weighs each step
 once; steps and draft calls are floored at 1 in divisions, coverable tokens too."""
@@ -175,7 +175,7 @@ def _margin_at(records, i: int) -> tuple:
 def acceptance_counts(records, depth: int, ranks: int) -> dict:
     """{"tried", "accepted"}: [depth][ranks] counts of the model's draft nodes whose parent was accepted (or is the
     root), by depth (0 = the first drafted token) and rank among the node's drafted siblings (0 = highest log q);
-    summed over runs they give a[d][r] = accepted / tried (core/decoding/cost.py)."""
+    summed over runs they give a[d][r] = accepted / tried (core/cost/model.py)."""
     tried = [[0] * ranks for _ in range(depth)]
     accepted = [[0] * ranks for _ in range(depth)]
     for r in records:

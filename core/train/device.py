@@ -165,7 +165,7 @@ def publish_head(work, out: Path) -> Path:
 
 def train_step(ck, load_pipe, write_json) -> str:
     """device-check's train step; load_pipe(ck, model, draft) and write_json(ck, name, data) come from
-    core.experiments.device_check (passed in: this module sits below it)."""
+    tools.device_check (passed in: this module sits below it)."""
     budget = ck.left()
     tcfg, model, tok, data = train_head(ck, budget)
     slim = train_slim(ck, tcfg, model, budget)

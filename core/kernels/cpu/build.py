@@ -6,8 +6,9 @@ and a failed build remembered on disk so that no later process pays for it again
     library()  the cached .so for level() and compiler(); BuildError (the compiler's first error line) where it fails
     record()   where a failed build of this key is remembered: delete it (or `python -m core doctor --rebuild`) to retry
 
-Every ISA variant's functions carry complete target attributes and are chosen at run time from CPUID, so one source
-builds at every level; a level only decides what the compiler may assume for the portable code around them.
+Every ISA variant's functions carry complete target attributes and are chosen at run time from CPUID (kernels.h: one
+scheme for every product), so one source builds at every level; a level only decides what the compiler may assume for
+the portable code around them.
 """
 import hashlib
 import json
@@ -20,11 +21,14 @@ from pathlib import Path
 from core.errors import SpecError
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / f for f in ("cpu_layer.c", "gguf_mm.c", "gguf_mm_avx.c", "gguf_q8.c", "layers_q8.c", "lowrank_mm.c")]
-HEADERS = [HERE / f for f in ("gguf_q8_dot.h", "gguf_q8_amx.h")]
+SOURCES = [HERE / f for f in ("layer_ops.c", "int4_mm.c", "codes_mm.c", "codes_mm_avx.c", "q8_mm.c", "layers_q8.c",
+                               "lowrank_mm.c")]
+HEADERS = [HERE / f for f in ("kernels.h", "q8_dot.h", "q8_amx.h")]
 LEVELS = ("native", "x86-64-v4", "x86-64-v3", "x86-64-v2")
 CAP_LEVELS = {"avx2": "x86-64-v3", "none": "x86-64-v2"}  # the cap's variants are what these levels' CPUs have
 MARCH = "SPECLENS_MARCH"
+ORDER = ("amx", "avx512", "avxvnni", "avx2", "none")  # the variants' caps, best first (isa.py)
+ENV = "SPECLENS_CPU_ISA"
 FLAGS = ["-O3", "-Wno-psabi", "-shared", "-fPIC"]
 
 
@@ -43,8 +47,24 @@ def level() -> str:
         raise SpecError(f"{MARCH}={named!r}: use one of {', '.join(LEVELS)}")
     if named and named != "native" and not is_x86():
         raise SpecError(f"{MARCH}={named}: an x86 level, and this CPU is {platform.machine()}")
-    cap = os.environ.get("SPECLENS_CPU_ISA", "").strip().lower()
+    cap = os.environ.get(ENV, "").strip().lower()
     return named or (CAP_LEVELS.get(cap, "native") if is_x86() else "native")
+
+
+def cap() -> str:
+    """SPECLENS_CPU_ISA, else the cap SPECLENS_MARCH's level stands for (x86-64-v3: avx2, x86-64-v2: none), else amx
+    (no cap); SpecError for another value. The cap also picks the library's build level (level())."""
+    march = os.environ.get(MARCH, "").strip().lower()
+    implied = {lvl: c for c, lvl in CAP_LEVELS.items()}.get(march, "amx")
+    value = os.environ.get(ENV, "").strip().lower() or implied
+    if value not in ORDER:
+        raise SpecError(f"{ENV}={value!r}: use one of {', '.join(ORDER)}")
+    return value
+
+
+def allowed(variant: str) -> bool:
+    """Whether the cap lets `variant` run (it may still be missing here: isa.py says which run)."""
+    return ORDER.index(variant) >= ORDER.index(cap())
 
 
 def compiler() -> str:

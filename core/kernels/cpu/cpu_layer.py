@@ -1,13 +1,15 @@
-"""The fast runtime's fused per-layer CPU kernels (cpu_layer.c): built once with the C compiler CC names for one x86
-level (build.py: cached by source, compiler, CPU and level; a failed build remembered), loaded with ctypes. Their
-torch reference is the runtime's own torch path (core/runtime/fast.py: rms, rope, attention, layer_forward), which
-the tests compare them with. `int4_mm` is a draft
-model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix. The same library
-holds gguf_mm.c (`codes_mm`, AMX: a GGUF model's codes as its weights; `amx_ok()`, wrapped by gguf_codes.py) and
-gguf_mm_avx.c (the same product on AVX512-BF16 or AVX2 + FMA; which one runs: core/kernels/cpu/isa.py) and gguf_q8.c
-(`q8_mm`, AVX2 / AVX-VNNI / AVX512-VNNI: a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic; gguf_q8.py)
-and layers_q8.c (every layer of a pass in one call where all matrices are int8 blocks: `Q8Layers`) and lowrank_mm.c
-(a low-rank head's logits over the whole vocabulary: lowrank_mm.py).
+"""The kernels' library, loaded with ctypes: built once with the C compiler CC names for one x86 level (build.py: cached
+by source, compiler, CPU and level; a failed build remembered); every function it exports is declared in kernels.h.
+  layer_ops.c     the fused per-layer ops between the GEMMs (rms, act, attention) and the verify's top-2 / top-k; their
+                  torch reference is the runtime's own torch path (core/runtime/fast.py), which the tests compare them with
+  int4_mm.c       a draft model's int4 product (AVX512-VNNI; `int4_available()`); its reference is the dequantized matrix
+  codes_mm.c      a GGUF model's codes as its bf16 weights on AMX tiles (`amx_ok()`), codes_mm_avx.c the same product on
+                  AVX512-BF16 or AVX2 + FMA (both wrapped by gguf_codes.py)
+  q8_mm.c         a GGUF matrix's raw blocks times int8-quantized activations, llama.cpp's arithmetic, on AVX2 /
+                  AVX-VNNI / AVX512-VNNI / AMX-INT8 (q8_dot.h, q8_amx.h; gguf_q8.py; its timing options: tuning.py)
+  layers_q8.c     every layer of a pass in one call where all matrices are int8 blocks (`Q8Layers`)
+  lowrank_mm.c    a low-rank head's logits over the whole vocabulary (lowrank_mm.py)
+Which variant of each runs: isa.py, from the library's *_isa() bitmasks.
 
 `lib()` is None where the library does not build (the runtime then keeps its torch path and says why: `why_not()`,
 with the compiler's first error line). SPECLENS_CPU_KERNELS=0 turns them off.
@@ -20,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import SpecError
-from core.kernels.cpu import build
+from core.kernels.cpu import build, tuning
 
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}
 P, I, F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
@@ -73,33 +74,25 @@ def one_thread() -> bool:
     return lib() is not None and not lib().omp_built()
 
 
+QUERIES = ("omp_built", "int4_isa", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows",
+           "q8_stream_bytes")  # int f(void)
+
+
 def load(path: Path, missing_ok: bool = False) -> ctypes.CDLL:
-    """A compiled library with its functions' signatures and q8_mm's prefetch settings from the environment;
-    missing_ok: an older revision's build (bench_q8_revs) may lack functions added since."""
+    """A compiled library with its functions' signatures and q8_mm's tuning in force (tuning.py); missing_ok: an older
+    revision's build (the q8-revs suite) may lack functions added since."""
     so = ctypes.CDLL(str(path))
     for name, args in SIGNATURES.items():
         if missing_ok and not hasattr(so, name):
             continue
         status = name in ("top2_rows", "topk_rows")  # 1: torch must answer
         getattr(so, name).argtypes, getattr(so, name).restype = args, ctypes.c_int if status else None
-    for name in ("int4_ok", "omp_built", "codes_ok", "codes_isa", "q8_isa", "lowrank_isa", "q8_prefetch_bytes", "q8_pair_rows", "q8_stream_bytes"):
+    for name in QUERIES:
+        if missing_ok and not hasattr(so, name):
+            continue
         getattr(so, name).argtypes, getattr(so, name).restype = [], ctypes.c_int
-    so.q8_set_prefetch(prefetch_setting())
-    so.q8_set_stream(prefetch_setting("SPECLENS_Q8_STREAM"))
+    tuning.attach(so)
     return so
-
-
-def prefetch_setting(var: str = "SPECLENS_Q8_PREFETCH") -> int:
-    """q8_mm's prefetch in bytes (0: none; unset or 'auto': -1, gguf_q8.c's default): SPECLENS_Q8_PREFETCH, the burst
-    past each output group's blocks before its dot products (none by default); SPECLENS_Q8_STREAM, how far ahead the dot
-    products prefetch as they go (by default 16384 on the AVX-512 and AMX variants, 2048 on the others). Only the
-    timing changes, never a product."""
-    raw = os.environ.get(var, "auto").strip().lower()
-    if raw in ("", "auto"):
-        return -1
-    if not raw.isdigit():
-        raise SpecError(f"{var}={raw!r}: use auto or a number of bytes (0: none)")
-    return int(raw)
 
 
 def why_not() -> str:
@@ -172,8 +165,9 @@ def top2(logits):
 
 def topk(x, k: int):
     """(values [n, k], indices [n, k]) of each row's k largest of fp32 x [n, V], best first, equal values in index
-    order, in one C pass (the 0.5B's 151,936 logits: ~20 us a row against torch.topk's ~250); None where torch must
-    answer (a NaN, fewer than k values above -inf, k > 256, no kernels, not a contiguous fp32 CPU matrix)."""
+    order, in one C pass that merges into the sorted k only the groups of 16 values holding one above the k-th best;
+    None where torch must answer (a NaN, fewer than k values above -inf, k > 256, no kernels, not a contiguous fp32 CPU
+    matrix)."""
     if lib() is None or x.dtype != torch.float32 or x.device.type != "cpu" or x.dim() != 2 or not x.is_contiguous():
         return None
     n, V = x.shape
@@ -186,8 +180,8 @@ def topk(x, k: int):
 
 
 def int4_available() -> bool:
-    """Whether int4_mm is built here (the library loads and the CPU has AVX512-VNNI)."""
-    return lib() is not None and bool(lib().int4_ok())
+    """Whether int4_mm runs here: the library loads, the CPU has AVX512-VNNI and SPECLENS_CPU_ISA allows avx512."""
+    return lib() is not None and bool(lib().int4_isa() & 2) and build.allowed("avx512")
 
 
 def pack_int4(codes, group: int = 64):
@@ -198,7 +192,7 @@ def pack_int4(codes, group: int = 64):
     return (q[:, :, 0] | (q[:, :, 1] << 4)).contiguous().view(out, k // 2)
 
 
-INT4_MAX_ROWS = 8  # MAXM in cpu_layer.c: the kernel's per-row arrays live on its stack
+INT4_MAX_ROWS = 8  # MAXM in int4_mm.c: the kernel's per-row arrays live on its stack
 
 
 def int4_mm(x, q, scale, lo):
@@ -215,12 +209,12 @@ def int4_mm(x, q, scale, lo):
 
 @functools.cache
 def amx_ok() -> bool:
-    """Whether the AMX kernels (gguf_mm.c) run here: built with AMX-BF16 and Linux granted this process the tile
+    """Whether codes_mm's AMX tiles (codes_mm.c) run here: the CPU has AMX-BF16 and Linux granted this process the tile
     state (asked once; they need it)."""
-    return lib() is not None and bool(lib().codes_ok())
+    return lib() is not None and bool(lib().codes_isa() & 4)
 
 
-class Q8Mat(ctypes.Structure):
+class Q8Mat(ctypes.Structure):  # kernels.h's Q8Mat, Q8Layer
     _fields_ = [("types", P), ("off", P), ("raw", P), ("kinds", I), ("k", I), ("n", I), ("x8", P), ("x8_off", P)]
 
 

@@ -1,4 +1,4 @@
-"""A GGUF model's Q4_K / Q6_K matrices kept as their codes, for `codes_mm` (gguf_mm.c on AMX, gguf_mm_avx.c on
+"""A GGUF model's Q4_K / Q6_K matrices kept as their codes, for `codes_mm` (codes_mm.c on AMX, codes_mm_avx.c on
 AVX512-BF16 or AVX2 + FMA: core/kernels/cpu/isa.py picks the variant).
 
 A model converted from a GGUF holds w = bf16(fl32(D·q − M)) (gguf-py's dequantizer). codes_mm rebuilds exactly those
@@ -20,7 +20,7 @@ TYPES = {"Q4_K": 0, "Q6_K": 1}
 
 
 class Codes(NamedTuple):
-    """One [n, k] matrix as tiles of 16 outputs × 32 inputs (layout: gguf_mm.c); offsets per block of 16 outputs."""
+    """One [n, k] matrix as tiles of 16 outputs × 32 inputs (layout: codes_mm.c); offsets per block of 16 outputs."""
     n: int
     k: int
     types: torch.Tensor     # uint8 [n / 16]: 0 Q4_K, 1 Q6_K

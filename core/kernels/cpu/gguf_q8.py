@@ -1,4 +1,4 @@
-"""A GGUF model's matrices kept as their raw blocks, for `q8_mm` (gguf_q8.c; AVX2, AVX-VNNI or AVX512-VNNI, the same
+"""A GGUF model's matrices kept as their raw blocks, for `q8_mm` (q8_mm.c; AVX2, AVX-VNNI or AVX512-VNNI, the same
 floats on each: isa.q8_variant): llama.cpp's arithmetic, each row of the input quantized to int8 and every block an
 integer dot product, for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K (everything the shipped GGUFs hold).
 
@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from core.kernels.cpu import cpu_layer, gguf_codes, isa
+from core.kernels.cpu.tuning import tuning
 
 GGML_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1", 10: "Q2_K",
               11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}  # ggml's type ids
@@ -22,7 +23,7 @@ BLOCK = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
 TYPES = {name: t for t, name in GGML_NAMES.items() if name in BLOCK}
 K_TYPES = ("Q4_K", "Q6_K")  # their inputs are quantized per 256 (Q8_K), the others per 32 (Q8_0)
 CHECK_ROWS = 8  # rows of each part compared with the model's weights at load
-X8 = 8  # outputs per interleaved group (OB in gguf_q8.c)
+X8 = 8  # outputs per interleaved group (OB in q8_mm.c)
 X8_KINDS = {"Q4_0": 144, "Q4_1": 160, "Q5_0": 176, "Q8_0": 272,  # the interleaved types: bytes per 32 inputs of a group (X8_BYTES)
             "Q4_K": 148, "Q6_K": 210}
 
@@ -94,15 +95,9 @@ def matrix_raw(parts: list) -> RawCodes:
     off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     kinds = (1 if any(p[0] in K_TYPES for p in parts) else 0) | (2 if any(p[0] not in K_TYPES for p in parts) else 0)
     raw = np.concatenate([r.reshape(-1) for r in rows])
-    x8, x8_off = interleaved(spans, rows, at, k) if interleave() else (None, None)
+    x8, x8_off = interleaved(spans, rows, at, k) if tuning().interleave else (None, None)
     return RawCodes(at, k, torch.from_numpy(np.concatenate(types)), torch.from_numpy(off), torch.from_numpy(raw),
                     kinds, tuple(spans), isa.q8_variant(), x8, x8_off)
-
-
-def interleave() -> bool:
-    """SPECLENS_Q8_INTERLEAVE=0 keeps every output on its own blocks (the A/B of pack_x8)."""
-    import os
-    return os.environ.get("SPECLENS_Q8_INTERLEAVE", "1") != "0"
 
 
 def interleaved(spans: list, rows: list, n: int, k: int) -> tuple:
@@ -126,7 +121,7 @@ def interleaved(spans: list, rows: list, n: int, k: int) -> tuple:
 
 def pack_x8(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     """Rows [G·X8, bytes] of one 32-input type -> [G, blocks · X8_KINDS[kind]]: per group and block, the X8 outputs'
-    codes interleaved in 4-code groups (lane j = output j: gguf_q8_dot.h's dot_x8; Q5_0: their low 4 bits, then a
+    codes interleaved in 4-code groups (lane j = output j: q8_dot.h's dot_x8; Q5_0: their low 4 bits, then a
     vector of the fifth bits, bit t of byte 4j + c that of group t's input c), then their d (fp16), then Q4_1's m."""
     nb, bs = k // 32, BLOCK[kind][1]
     b = rows.reshape(-1, X8, nb, bs)  # [G, X8, blocks, bytes]
@@ -175,7 +170,7 @@ def pack_x8_k(kind: str, rows: np.ndarray, k: int) -> np.ndarray:
     """Rows [G·X8, bytes] of Q4_K / Q6_K -> [G, superblocks · 8 · X8_KINDS[kind]]: per group and superblock, in
     chunks of 32 inputs, the X8 outputs' codes interleaved in 4-code groups as pack_x8 (Q6_K: their low nibbles
     likewise, then their high 2 bits, 4 groups per byte), then the sub-block scales [j][X8] (Q4_K: and its m as pairs
-    [j/2][X8][2]), then d [X8] fp16 (Q4_K: and dmin). gguf_q8_dot.h's dot_x8_q4k / dot_x8_q6k read them."""
+    [j/2][X8][2]), then d [X8] fp16 (Q4_K: and dmin). q8_dot.h's dot_x8_q4k / dot_x8_q6k read them."""
     nsb, bs = k // 256, BLOCK[kind][1]
     b = rows.reshape(-1, X8, nsb, bs)  # [G, X8, superblocks, bytes]
     G = b.shape[0]

@@ -1,28 +1,26 @@
 """Which CPU kernel variant runs: the best this CPU has, capped by SPECLENS_CPU_ISA=amx|avx512|avx2|none.
 
-- amx     codes_mm on AMX-BF16 tiles (gguf_mm.c); q8_mm's Q4_K / Q6_K dots of 6+ rows (AMX_ROWS) on AMX-INT8 tiles (the
-          AVX-512 variant's floats: gguf_q8_amx.h)
-- avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (gguf_mm_avx.c); int4_mm on AVX512-VNNI
+- amx     codes_mm on AMX-BF16 tiles (codes_mm.c); q8_mm's Q4_K / Q6_K dots of 6+ rows (AMX_ROWS) on AMX-INT8 tiles (the
+          AVX-512 variant's floats: q8_amx.h)
+- avx512  codes_mm_avx on AVX512-BF16 `vdpbf16ps` (codes_mm_avx.c); int4_mm on AVX512-VNNI (int4_mm.c)
           q8_mm's integer dots on AVX512-VNNI (`vpdpwssd` / `vpdpbusd`)
 - avxvnni q8_mm on AVX-VNNI (the same VNNI dots, VEX-encoded: Intel laptops since Alder Lake); codes as avx2
-- avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights); q8_mm (gguf_q8.c: int8 activations on the
+- avx2    codes_mm_avx on AVX2 + FMA (fp32 sums of the same bf16 weights); q8_mm (q8_mm.c: int8 activations on the
           raw GGUF blocks, llama.cpp's arithmetic), which SPECLENS_GGUF_MATH=auto picks where avx2 is the best variant
 - none    the portable torch path (what a CPU without them, e.g. an ARM Mac, gets)
-lowrank_mm (a low-rank head over the whole vocabulary, lowrank_mm.c) runs on avx512 (AVX-512F) or avx2 (AVX2 + FMA),
-the same floats on both. The cap lets one machine run and test every variant below its best one, on the library an
-older CPU builds: avx2 loads the x86-64-v3 build, none the x86-64-v2 one (build.py).
+lowrank_mm (a low-rank head over the whole vocabulary, lowrank_mm.c) runs on avx512 (AVX-512) or avx2 (AVX2 + FMA),
+the same floats on both. Each product's *_isa() bitmask says which of its variants this CPU runs, whatever level the
+library was built for (kernels.h). The cap lets one machine run and test every variant below its best one, on the
+library an older CPU builds: avx2 loads the x86-64-v3 build, none the x86-64-v2 one (build.py).
 """
 import functools
-import os
 
-from core.errors import SpecError
-from core.kernels.cpu import build, cpu_layer
+from core.kernels.cpu import cpu_layer
+from core.kernels.cpu.build import ENV, ORDER, allowed, cap  # noqa: F401  (the cap, read here by its users)
 
-ORDER = ("amx", "avx512", "avxvnni", "avx2", "none")  # best first
 LABELS = {"amx": "amx-bf16", "avx512": "avx512-bf16", "avx2": "avx2-fma", "none": "torch"}  # codes_mm's
 Q8 = {"amx": (3, "amx-int8"), "avx512": (2, "avx512-vnni-int8"), "avxvnni": (1, "avx-vnni-int8"),
       "avx2": (0, "avx2-int8")}  # q8_mm's variants: id, label
-ENV = "SPECLENS_CPU_ISA"
 
 
 @functools.cache
@@ -32,22 +30,6 @@ def codes_variants() -> tuple:
     bits = lib.codes_isa() if lib is not None else 0
     have = {"amx": cpu_layer.amx_ok(), "avx512": bool(bits & 2), "avx2": bool(bits & 1), "none": True}
     return tuple(v for v in ORDER if have.get(v))
-
-
-def cap() -> str:
-    """SPECLENS_CPU_ISA, else the cap SPECLENS_MARCH's level stands for (x86-64-v3: avx2, x86-64-v2: none), else amx
-    (no cap); SpecError for another value. The cap also picks the library's build level (build.level)."""
-    march = os.environ.get(build.MARCH, "").strip().lower()
-    implied = {lvl: c for c, lvl in build.CAP_LEVELS.items()}.get(march, "amx")
-    value = os.environ.get(ENV, "").strip().lower() or implied
-    if value not in ORDER:
-        raise SpecError(f"{ENV}={value!r}: use one of {', '.join(ORDER)}")
-    return value
-
-
-def allowed(variant: str) -> bool:
-    """Whether the cap lets `variant` run (it may still be missing here: see codes_variants)."""
-    return ORDER.index(variant) >= ORDER.index(cap())
 
 
 @functools.cache
@@ -69,7 +51,7 @@ def codes_variant() -> str:
 
 
 def int4_vnni() -> bool:
-    """Whether int4_mm (AVX512-VNNI) runs: built here, and the cap allows avx512."""
+    """Whether int4_mm (AVX512-VNNI) runs: the cap allows avx512, and this CPU has it."""
     return allowed("avx512") and cpu_layer.int4_available()
 
 

@@ -9,46 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rms_cast(const float *x, const float *w, float eps, int64_t n, int64_t d, void *out, int ob);
-void add_rms(float *x, const void *o, int ib, const float *ws, const float *w, float eps, int64_t n, int64_t d,
-             void *out, int ob);
-void act_mul(const void *gu, int ib, int64_t n, int64_t f, int act, void *out, int ob);
-void attend(const void *qkv, int ib, const float *bqkv, const float *qn, const float *kn, float eps,
-            const float *cos, const float *sin, float *kt, float *v, int64_t max_len, int64_t start,
-            const float *bias, int64_t n, int64_t H, int64_t K, int64_t hd, float scale, void *out, int ob,
-            int threads);
-void q8_mm(int variant, const float *x, int m, int k, int n, const uint8_t *types, const int64_t *off,
-           const uint8_t *raw, int kinds, const uint8_t *x8, const int64_t *x8_off, float *y, int threads);
-
-typedef struct {
-    const uint8_t *types; const int64_t *off; const uint8_t *raw; int64_t kinds, k, n;
-    const uint8_t *x8; const int64_t *x8_off;  /* interleaved groups (NULL: none) */
-} Q8Mat;
-
-typedef struct {
-    Q8Mat qkv, o, gu, d;
-    const float *bqkv, *qn, *kn, *ln_att, *ln2, *ln_mlp, *ln_next;  /* ln_next: the next layer's ln1 (last: final) */
-    int64_t rope, window;  /* indices into the call's cos / sin and bias arrays */
-} Q8Layer;
+#include "kernels.h"
 
 static float *to_f32(const void *src, int ib, int64_t len, float *buf) {
     if (!ib) return (float *)src;
     const uint16_t *s = src;
-    for (int64_t i = 0; i < len; i++) {
-        uint32_t u = (uint32_t)s[i] << 16;
-        memcpy(buf + i, &u, 4);
-    }
+    for (int64_t i = 0; i < len; i++) buf[i] = bf16_to_f32(s[i]);
     return buf;
 }
 
 static void from_f32(const float *src, int ob, int64_t len, void *dst) {
     if (!ob) { memcpy(dst, src, len * 4); return; }
     uint16_t *d = dst;
-    for (int64_t i = 0; i < len; i++) {  /* round to nearest even, as torch (NaN kept quiet) */
-        uint32_t u;
-        memcpy(&u, src + i, 4);
-        d[i] = (u & 0x7fffffff) > 0x7f800000 ? (uint16_t)((u >> 16) | 64) : (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
+    for (int64_t i = 0; i < len; i++) d[i] = f32_to_bf16(src[i]);
 }
 
 /* y (as ob) = x (as ob) @ Wᵀ through q8_mm's fp32 interface, as weights.mm's cast(q8_mm(x.float()), x.dtype) */

@@ -5,45 +5,37 @@
  * fp32 where the factors are not bf16 values), so one 16-lane vector is one k of 16 outputs and no horizontal sum is
  * needed. Every output is the same chain of fused multiply-adds from 0, k = 0 .. r − 1, on every variant, in every
  * row group and at every n: the variants agree bit for bit and each row is stable.
- *   isa 2  AVX-512F: a block row is one zmm; tiles of 4 blocks × up to 4 rows of z in accumulators.
+ *   isa 2  AVX-512: a block row is one zmm; tiles of 4 blocks × up to 4 rows of z in accumulators.
  *   isa 1  AVX2 + FMA: a block row is two ymm; tiles of 3 blocks × up to 2 rows, or 1 block × up to 6.
  *   isa 0  scalar fmaf.
  */
 #include <stdint.h>
 #include <string.h>
 
-#define LANES 16
+#include "kernels.h"
 
-static inline float bf16f(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#define LANES 16
 
 static void block_scalar(const void *blk, int wide, const float *z, int n, int r, float *y, int64_t ldy, int lanes) {
     for (int i = 0; i < n; i++)
         for (int j = 0; j < lanes; j++) {
             float acc = 0.0f;
             for (int k = 0; k < r; k++) {
-                float w = wide ? ((const float *)blk)[k * LANES + j] : bf16f(((const uint16_t *)blk)[k * LANES + j]);
+                float w = wide ? ((const float *)blk)[k * LANES + j]
+                               : bf16_to_f32(((const uint16_t *)blk)[k * LANES + j]);
                 acc = __builtin_fmaf(w, z[i * r + k], acc);
             }
             y[i * ldy + j] = acc;
         }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 10)
+#if KERNELS_X86
 #include <immintrin.h>
 
-#define T512F __attribute__((target("avx512f,fma")))
-#define T2F __attribute__((target("avx2,fma")))
+#define T512F __attribute__((target(T_AVX512)))
+#define T2F __attribute__((target(T_AVX2)))
 
-int lowrank_isa(void) { /* bit 0: the AVX2 + FMA variant runs here, bit 1: the AVX-512F one */
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return avx2 | (avx2 && __builtin_cpu_supports("avx512f")) << 1;
-}
+int lowrank_isa(void) { return cpu_avx2() | cpu_avx512() << 1; }
 
 /* A tile: NB consecutive blocks × M rows of z, NB·M accumulators kept in registers (constant NB, M, WIDE: inlined
  * and unrolled). Several blocks at once keep independent chains in flight where few rows are asked for (one row

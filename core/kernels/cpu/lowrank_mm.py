@@ -1,7 +1,7 @@
 """A low-rank head's logits over the whole vocabulary on the CPU (lowrank_mm.c): z [n, r] @ W_upᵀ -> fp32 [n, V],
-W_up read once per call. torch's fp32 product reads it once per row of z (oneDNN's small-m sgemm: 5.2 / 8.8 / 11.9 ms
-at n = 1 / 2 / 4 for the 0.5B's [151936, 112], 2 threads, AVX-512 AMD EPYC); the bf16 one is flat on AVX512-BF16 but
-2 ms a row on AVX2. Its reference is the fp64 product (tests); which variant runs: isa.lowrank_variant()."""
+W_up read once per call, since torch's fp32 product (oneDNN's small-m sgemm) reads it once per row of z and its bf16
+one has no fast path without AVX512-BF16. Its reference is the fp64 product (tests); which variant runs:
+isa.lowrank_variant()."""
 import torch
 
 from core.kernels.cpu import cpu_layer, isa

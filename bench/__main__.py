@@ -1,0 +1,5 @@
+import sys
+
+from bench.registry import dispatch
+
+sys.exit(dispatch())

@@ -1,0 +1,56 @@
+"""Results as data: README.md's results table is the rendering of results/results.jsonl (`python -m bench
+render-readme`), every row carries the fields a measurement needs, and a recorded row lands in the table."""
+import json
+import re
+
+import pytest
+
+from bench import results
+from core.results import CLASSES, RESULTS, cpu_class, like_this_cpu, read_rows, this_cpu
+
+ROWS = read_rows()
+
+
+def test_the_readme_results_table_is_the_rendering_of_the_results_file():
+    text = results.README.read_text()
+    assert text.count(results.START) == 1 and text.count(results.END) == 1
+    assert results.rendered(text, ROWS) == text, "README.md's results table is stale: run python -m bench render-readme"
+
+
+@pytest.mark.parametrize("i", range(len(ROWS)))
+def test_every_results_row_has_the_required_fields(i):
+    row = ROWS[i]
+    assert [f for f in results.REQUIRED if f not in row] == []
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d", row["date"]) and row["kind"] in results.KINDS
+    assert row["commit"] and isinstance(row["cpu_features"], list) and row["cpu_class"] in CLASSES
+    assert row["cpu_class"] == cpu_class(row["cpu_features"], row.get("isa_cap", ""))
+    assert isinstance(row["threads"], int) and row["command"].strip() and row["figures"]
+    need = {"plain": ("ours_tok_s", "llamacpp_tok_s"), "speculation": ("best_spec_x", "best_spec_label")}
+    assert [f for f in need.get(row["kind"], ()) if f not in row["figures"]] == []
+    assert not row.get("log") or (results.ROOT / row["log"]).is_file()
+
+
+def test_the_results_file_holds_the_readme_figures():
+    plain = {(r["model"], r["cpu_class"]): r["figures"] for r in ROWS if r["kind"] == "plain"}
+    assert plain[("smollm2-135m-instruct", "amx")] == {"ours_tok_s": 178.6, "llamacpp_tok_s": 154.5}
+    assert len(ROWS) >= 15 and RESULTS.name == "results.jsonl"
+
+
+def test_the_cpu_class_is_the_best_the_kernels_run_under_the_cap():
+    xeon = ["avx2", "fma", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"]
+    assert cpu_class(xeon) == "amx" and cpu_class(xeon, "avx512") == "avx512" and cpu_class(xeon, "avx2") == "avx2"
+    assert cpu_class(["avx2", "fma"], "avx512") == "avx2" and cpu_class(["sse4_2"]) == "other"
+    assert cpu_class(xeon, "none") == "other"
+
+
+def test_a_recorded_row_lands_in_the_table_and_among_the_rows_of_cpus_like_this_one(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS))
+    row = results.append_row("plain", "tiny-model", {"ours_tok_s": 30.0, "llamacpp_tok_s": 20.0}, "python -m bench x",
+                             argv=["--threads", "2"], threads=2, path=path)
+    assert row["command"] == "python -m bench x --threads 2" and row["cpu_class"] == this_cpu()["cpu_class"]
+    rows = read_rows(path)
+    assert rows[-1] == row and "| tiny-model | " in results.table(rows) and "**1.50×** (30.0 / 20.0 tok/s)" in results.table(rows)
+    assert row in like_this_cpu(path) and all(r["cpu_class"] == row["cpu_class"] for r in like_this_cpu(path))
+    readme = f"intro\n{results.START}\nold\n{results.END}\nrest\n"
+    assert results.rendered(readme, rows) == f"intro\n{results.START}\n{results.table(rows)}\n{results.END}\nrest\n"
