@@ -2,10 +2,9 @@
 one-line description here; `list` prints them. Like the product's door (core/cli.py), a SpecError is one `error:`
 line and exit status 2. Nothing in the product imports this package (tests/test_layering.py)."""
 import importlib
-import os
 import sys
 
-from core.errors import SpecError
+from core.errors import one_line_errors
 
 SUITES = {  # name -> (module whose main(argv) runs it, what it measures)
     "methods": ("bench.suites.methods", "methods × prompts: tok/s, τ, coverage, speedup over AR (--compare-ar: lossless)"),
@@ -43,17 +42,4 @@ def dispatch(argv=None) -> int:
         print("usage: python -m bench <suite> [options]  (--help on each; python -m bench list)\n" + listing(),
               file=sys.stderr)
         return 2
-    try:
-        return importlib.import_module(SUITES[argv[0]][0]).main(argv[1:]) or 0
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if os.environ.get("SPECLENS_DEBUG"):
-            raise
-        print(f"error: internal error ({type(e).__name__}: {e}); rerun with SPECLENS_DEBUG=1 for details",
-              file=sys.stderr)
-        return 1
+    return one_line_errors(lambda: importlib.import_module(SUITES[argv[0]][0]).main(argv[1:]))

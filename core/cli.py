@@ -3,10 +3,9 @@ doctor dispatches to the module that runs it, turns its SpecError into one line 
 2, and hands the paper figures their drawing (viz.paper): like app.py, the door composes the layers; nothing below it
 imports viz."""
 import importlib
-import os
 import sys
 
-from core.errors import SpecError
+from core.errors import one_line_errors
 
 SUBCOMMANDS = {  # name -> module whose main(argv) runs it
     "generate": "core.generate",
@@ -53,17 +52,4 @@ def dispatch(argv=None) -> int:
     if not argv or argv[0] not in SUBCOMMANDS:
         print("usage: python -m core {" + "|".join(SUBCOMMANDS) + "} [options]  (--help on each)", file=sys.stderr)
         return 2
-    try:
-        return run(argv[0], argv[1:])
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # one line for the user; the traceback only on request
-        if os.environ.get("SPECLENS_DEBUG"):
-            raise
-        print(f"error: internal error ({type(e).__name__}: {e}); rerun with SPECLENS_DEBUG=1 for details",
-              file=sys.stderr)
-        return 1
+    return one_line_errors(lambda: run(argv[0], argv[1:]))
