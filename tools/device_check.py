@@ -267,7 +267,8 @@ def step_weights(ck: Check) -> str:
         if not res["weights_equal"]:
             raise SpecError("the reassembled tiny model differs from the original")
         return f"{res['parts']} parts, reassembled weights equal"
-    from core.models import DEFAULT_MODEL, cache_root, cached_checkpoint, converted_dir
+    from core.models import DEFAULT_MODEL, cached_checkpoint, converted_dir
+    from core.paths import cache_root
     t0, had = time.perf_counter(), (converted_dir(DEFAULT_MODEL) / "config.json").is_file()
     path = cached_checkpoint(DEFAULT_MODEL)
     res = {"model": DEFAULT_MODEL, "cache": str(cache_root()), "checkpoint": str(path), "already_converted": had,

@@ -33,10 +33,9 @@ from core.models.load import (
     resolve_source,
 )
 from core.models.resources import available_memory, check_disk, check_memory, disk_needed, memory_needed
-from core.paths import cache_root
 
 __all__ = [
-    "ALIASES", "DEFAULT_MODEL", "NETWORK_WORDS", "Alias", "available_memory", "cache_root", "cached_checkpoint",
+    "ALIASES", "DEFAULT_MODEL", "NETWORK_WORDS", "Alias", "available_memory", "cached_checkpoint",
     "chat_prompt_ids", "check_disk", "check_gguf", "check_memory", "check_same_tokenizer", "convert_gguf",
     "converted_dir", "copy_member", "default_device", "default_dtype", "disk_needed", "downloaded_wheel",
     "draft_defaults", "fetch_gguf", "freq_table", "hub_error", "hub_unreachable", "installed_member", "load_model",
