@@ -3,6 +3,7 @@ import torch
 
 from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
 from core.decoding.eagle_io import load_head, load_official_state_dict, save_head
+from core.errors import SpecError
 from tools.tiny import tiny_model
 
 
@@ -28,6 +29,35 @@ def test_save_load_round_trip(tmp_path):
     b, _ = back(x, ids, pos)
     assert torch.allclose(a, b, atol=5e-2, rtol=1e-2)  # fp16 storage
     assert "embed_tokens.weight" not in back.state_dict()
+
+
+@pytest.mark.parametrize("other", [dict(d=96), dict(vocab=640), dict(layers=3)])
+def test_a_head_for_another_target_is_refused_naming_both_shapes(tmp_path, other):
+    model, head = tiny()
+    save_head(head, tmp_path)
+    with pytest.raises(SpecError) as e:
+        load_head(tmp_path, tiny_model(**other))
+    msg = str(e.value)
+    assert "hidden_size 64, vocab_size 512, num_hidden_layers 2" in msg
+    assert "target hidden_size {d}, vocab_size {vocab}, num_hidden_layers {layers}".format(
+        **(dict(d=64, vocab=512, layers=2) | other)) in msg
+
+
+def test_head_weights_unlike_their_config_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+    model, head = tiny()
+    save_head(head, tmp_path)
+    sd = load_file(tmp_path / "eagle.safetensors")
+    sd["fc.weight"] = sd["fc.weight"][:, :64].contiguous()
+    save_file(sd, tmp_path / "eagle.safetensors")
+    with pytest.raises(SpecError, match=r"fc.weight \(64, 64\) \(config says \(64, 128\)\)"):
+        load_head(tmp_path, model)
+
+
+def test_a_missing_head_is_a_clear_error(tmp_path):
+    model, _ = tiny()
+    with pytest.raises(SpecError, match="no EAGLE head in .*config.json, eagle.safetensors missing"):
+        load_head(tmp_path, model)
 
 
 def test_official_key_mapping():

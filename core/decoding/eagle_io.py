@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from core.decoding.eagle import Eagle3Head, EagleConfig, EagleDrafter, EagleHead
+from core.errors import SpecError
 from core.paths import write_atomic
 
 
@@ -23,15 +24,46 @@ def save_head(head, out_dir, name="eagle.safetensors"):
     write_atomic(os.path.join(out_dir, name), lambda tmp: save_file(sd, tmp))  # the pipeline looks for this file
 
 
+FIT = ("hidden_size", "vocab_size", "num_hidden_layers")  # what a head must share with its target
+
+
+def check_fits(head_cfg: dict, target_cfg, head_dir) -> None:
+    """SpecError naming both shapes where the head was made for another target (hidden size, vocabulary, layers)."""
+    bad = [k for k in FIT if head_cfg.get(k) != getattr(target_cfg, k, None)]
+    if bad:
+        shape = lambda get: ", ".join(f"{k} {get(k)}" for k in FIT)
+        raise SpecError(f"the EAGLE head in {head_dir} was made for another target: head {shape(head_cfg.get)}; "
+                        f"target {shape(lambda k: getattr(target_cfg, k, None))}")
+
+
+def load_weights(head, sd: dict, head_dir) -> None:
+    """The head's weights from `sd`, refused (SpecError naming the shapes) where one is missing or of another shape."""
+    want = {k: tuple(v.shape) for k, v in head.state_dict().items() if not k.startswith("rotary")}
+    got = {k: tuple(v.shape) for k, v in sd.items()}
+    wrong = [f"{k} {got.get(k, 'missing')} (config says {want[k]})" for k in want if got.get(k) != want[k]]
+    if wrong:
+        raise SpecError(f"the EAGLE head in {head_dir} does not match its config.json: " + "; ".join(wrong[:4]))
+    head.load_state_dict(sd, strict=False)
+
+
+def read_head_files(head_dir, name) -> tuple:
+    """(config.json as a dict, the weights' path); SpecError where either is missing."""
+    cfg, weights = os.path.join(head_dir, "config.json"), os.path.join(head_dir, name)
+    missing = [p for p in (cfg, weights) if not os.path.isfile(p)]
+    if missing:
+        raise SpecError(f"no EAGLE head in {head_dir}: {', '.join(os.path.basename(p) for p in missing)} missing "
+                        "(train one with `python -m core train-eagle --target MODEL --out DIR`)")
+    with open(cfg) as f:
+        return json.load(f), weights
+
+
 def load_head(head_dir, target_model, dtype=torch.float32, name="eagle.safetensors"):
     from safetensors.torch import load_file
     from transformers import LlamaConfig
-    with open(os.path.join(head_dir, "config.json")) as f:
-        hf_cfg = json.load(f)
-    lcfg = LlamaConfig(**hf_cfg["llama"])
-    head = EagleHead(lcfg, EagleConfig(**hf_cfg["eagle"]))
-    sd = {k: v.to(dtype) for k, v in load_file(os.path.join(head_dir, name)).items()}
-    head.load_state_dict(sd, strict=False)
+    hf_cfg, weights = read_head_files(head_dir, name)
+    check_fits(hf_cfg["llama"], target_model.config, head_dir)
+    head = EagleHead(LlamaConfig(**hf_cfg["llama"]), EagleConfig(**hf_cfg["eagle"]))
+    load_weights(head, {k: v.to(dtype) for k, v in load_file(weights).items()}, head_dir)
     return head.to(dtype).attach(target_model).eval()
 
 
@@ -118,6 +150,7 @@ def load_official(head_dir, target_model, dtype=torch.float32):
     from transformers import LlamaConfig
     with open(os.path.join(head_dir, "config.json")) as f:
         hf_cfg = json.load(f)
+    check_fits(hf_cfg, target_model.config, head_dir)
     conventions = hf_cfg.pop("speclens_eagle", None) or asdict(OFFICIAL)
     head = EagleHead(LlamaConfig(**hf_cfg), EagleConfig(**conventions))
     load_official_state_dict(head, load_file(os.path.join(head_dir, OFFICIAL_WEIGHTS)))
