@@ -11,7 +11,7 @@ from core.prompts import load_prompts
 from core.paths import ASSETS
 from core.train import gap
 from core.train.data import chat_ids
-from core.train.harvest import HarvestConfig, decode_wave, harvest
+from core.train.harvest import HarvestConfig, decode_wave, harvest, magpie_questions, user_header
 
 PROMPTS = ["What is 17 * 23?", "Write a haiku about rain.", "Explain what a hash map is in two sentences."]
 
@@ -51,6 +51,24 @@ def test_the_harvest_writes_train_eagle_shards_and_resumes(default_pipeline, tmp
     assert json.loads((tmp_path / "h" / "harvest.json").read_text())["tokens"] == state["tokens"]
     before = shards[0].stat().st_mtime_ns
     assert harvest(default_pipeline, hc, log=lambda msg: None) == {} and shards[0].stat().st_mtime_ns == before
+
+
+def test_magpie_questions_are_the_targets_own_user_turns_the_same_for_a_seed(default_pipeline):
+    pipe, hc = default_pipeline, HarvestConfig(batch=4, max_question=48)
+    a = magpie_questions(pipe.target, pipe.tokenizer, 4, hc, pipe.eos_ids(), seed=7)
+    assert a and a == magpie_questions(pipe.target, pipe.tokenizer, 4, hc, pipe.eos_ids(), seed=7)
+    assert a != magpie_questions(pipe.target, pipe.tokenizer, 4, hc, pipe.eos_ids(), seed=8)
+    header = pipe.tokenizer.decode(user_header(pipe.tokenizer))
+    assert header.rstrip().endswith("user") and all(q and "<|im_end|>" not in q for q in a)
+
+
+def test_a_magpie_harvest_answers_its_questions_greedily_in_shards(default_pipeline, tmp_path):
+    hc = HarvestConfig(out=str(tmp_path / "m"), source="magpie", shards=1, shard=2, batch=2, max_new=6, max_question=48)
+    state = harvest(default_pipeline, hc, log=lambda msg: None)
+    rows = torch.load(tmp_path / "m" / "cache" / "shard_00000.pt")
+    assert state["shards_done"] == 1 and 1 <= len(rows["ids"]) <= 2
+    text = default_pipeline.tokenizer.decode(rows["ids"][0].tolist())
+    assert "<|im_start|>user" in text and "<|im_start|>assistant" in text
 
 
 def test_the_engine_drafts_what_its_head_says_teacher_forced_on_the_same_tokens(default_pipeline):

@@ -183,13 +183,18 @@ def cached_tokens(out):
     return n
 
 
-def load_cache(out):
-    ids, feats = [], []
-    for p in sorted(glob.glob(os.path.join(out, "cache", "shard_*.pt"))):
+def load_cache(out, skip=()):
+    """(ids, feats, shard paths) of DIR/cache's shards (DIR: one or a list), less the paths in `skip` (those already
+    loaded)."""
+    ids, feats, paths = [], [], []
+    for p in sum((sorted(glob.glob(os.path.join(d, "cache", "shard_*.pt"))) for d in ([out] if isinstance(out, str) else out)), []):
+        if p in skip:
+            continue
         s = torch.load(p)
         ids += s["ids"]
         feats += s["feats"]
-    return ids, feats
+        paths.append(p)
+    return ids, feats, paths
 
 
 def load_heldout(tcfg, marker):

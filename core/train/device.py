@@ -76,7 +76,7 @@ def train_head(ck, budget: float) -> tuple:
     model, tok = load_target(tcfg.target, tcfg.device)  # the fp32 target again (a bf16 round trip rounds W)
     model.requires_grad_(False)
     train(model, tok, tcfg)
-    ids, _ = load_cache(tcfg.out)
+    ids, _, _ = load_cache(tcfg.out)
     return tcfg, model, tok, {"tokens": sum(len(i) for i in ids), "seqs": len(ids), "source": source,
                               "init": tcfg.init or "the target's last layer"}
 
@@ -87,7 +87,7 @@ def train_slim(ck, tcfg, model, budget: float) -> dict:
     from core.train import slim as ts
     from core.train.data import load_cache
     head = load_head(tcfg.out, model).to(model.device)
-    ids, feats = load_cache(tcfg.out)
+    ids, feats, _ = load_cache(tcfg.out)
     W = model.get_output_embeddings().weight.detach().float()
     n_tokens, steps, batch = (2000, 20, 64) if ck.tiny else (200000, 4000, 1024)
     h = ts.head_inputs(head, ids, feats, n_tokens, 0)

@@ -83,6 +83,8 @@ class TrainConfig:
     log_every: int = 25           # steps between progress lines
     cache_only: bool = False      # build the feature cache (and held-out set), then stop
     tau_only: bool = False        # only measure the card's tau of the head in --init (a dir) with the engine
+    extra_cache: str = ""         # more harvest dirs (comma list) whose cache/ shards are trained on too
+    follow: float = 0.0           # minutes between looks for new cache shards (a harvest writing them beside; 0: never)
 
 
 def feature_scale(feats, n=200):
@@ -182,6 +184,25 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg):
     return loss, stats
 
 
+def cache_dirs(tcfg) -> list:
+    return [tcfg.out] + [d for d in tcfg.extra_cache.split(",") if d]
+
+
+def follow_cache(out, ids, feats, starts, loaded, marker, log) -> int:
+    """Append the cache shards written since `loaded` (a harvest beside the training) to ids/feats/starts in place;
+    returns the tokens added."""
+    new_ids, new_feats, paths = load_cache(out, set(loaded))
+    if not paths:
+        return 0
+    ids += new_ids
+    feats += new_feats
+    starts += [response_start(x, marker) for x in new_ids]
+    loaded += paths
+    n = sum(len(x) for x in new_ids)
+    log(f"follow: {len(paths)} new shards, {n} tokens; {len(ids)} seqs now")
+    return n
+
+
 def warmup_steps(tcfg) -> int:
     return min(50, tcfg.steps // 10 + 1)
 
@@ -265,10 +286,11 @@ def finish(model, tok, tcfg, head, card) -> dict:
 
 def train(model, tok, tcfg):
     log = logger(tcfg)
-    ids, feats = load_cache(tcfg.out)
+    ids, feats, loaded = load_cache(cache_dirs(tcfg))
     ntok = sum(len(i) for i in ids)
     marker = response_marker(tok)
     starts = [response_start(x, marker) for x in ids]
+    t_follow = time.time()
     held = load_heldout(tcfg, marker)
     head = new_head(model, tcfg)
     W = model.get_output_embeddings().weight.detach()
@@ -316,6 +338,9 @@ def train(model, tok, tcfg):
         if held and step % tcfg.eval_every == 0:
             hist.append({"step": step, **check()})
             log(f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
+        if tcfg.follow and time.time() - t_follow > tcfg.follow * 60:
+            ntok += follow_cache(cache_dirs(tcfg), ids, feats, starts, loaded, marker, log)
+            t_follow = time.time()
         if time.time() - t_ck > tcfg.ckpt_min * 60 or due(step, tcfg.ckpt_every, tcfg.steps):
             save_ckpt(ck, head, opt, step, rng, extra())
             t_ck = time.time()
@@ -323,7 +348,7 @@ def train(model, tok, tcfg):
     save_ckpt(ck, head, opt, step, rng, extra())
     save_head(head, tcfg.out)
     card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
-            "minutes": clock.seconds() / 60, "response": resp, "held0": held_first, "held": check()}
+            "minutes": clock.seconds() / 60, "response": sum(len(x) - s for x, s in zip(ids, starts)), "held0": held_first, "held": check()}
     finish(model, tok, tcfg, head, card)
     return 0
 

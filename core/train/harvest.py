@@ -1,6 +1,10 @@
 """python -m core.train.harvest --model M --out DIR: the target's own greedy answers to corpus prompts, with the features
 the engine drafts from, many sequences per pass, as train-eagle's cache shards.
 
+--source magpie asks the target for the questions too (Magpie, Xu et al. 2024): after its chat template's user header
+it samples a user turn (temperature 1) from its own instruction-tuning distribution, then answers it greedily. Shard i's
+questions come from seed (--seed, i), so a resumed harvest writes the same shards.
+
 The fast runtime decodes a wave of --batch prompts at once: every sequence's entries sit in one cache, all pending, and
 each row sees its own sequence's entries alone (a block-diagonal mask over the cache). Rows are stable (a row's result
 does not depend on the rows beside it, and attention sums over the visible keys only, in order), so every feature and
@@ -39,6 +43,9 @@ class HarvestConfig:
     seed: int = 0
     minutes: float = 0.0     # stop after the shard in flight once this much time has passed (0: no limit)
     threads: int = 2
+    source: str = "corpus"   # corpus | magpie (questions sampled from the target itself)
+    shards: int = 400        # --source magpie: shards to write
+    max_question: int = 128  # --source magpie: longest question sampled (one that runs longer is dropped)
 
 
 class Packed:
@@ -61,17 +68,27 @@ class Packed:
         return self.runner.forward(torch.tensor(ids), torch.tensor(pos), mask)
 
 
+def greedy(logits) -> list:
+    return logits.argmax(-1).tolist()
+
+
+def sampler(gen: torch.Generator, temperature: float = 1.0):
+    """pick(logits [n, V]) -> n ids drawn from softmax(logits / temperature) with `gen`."""
+    return lambda logits: torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=gen).view(-1).tolist()
+
+
 @torch.no_grad()
-def decode_wave(runner, prompts: list, max_new: int, eos: set) -> list:
-    """[(ids int32 [L], feats fp16 [L, d])] of greedy answers to `prompts` (token id lists), decoded together. As in
-    train-eagle's generations, the last token (whose feature no pass computes) is left out."""
+def decode_wave(runner, prompts: list, max_new: int, eos: set, pick=greedy) -> list:
+    """[(ids int32 [L], feats fp16 [L, d])] of answers to `prompts` (token id lists) picked by `pick` (greedy: the
+    target's own decoding), decoded together. As in train-eagle's generations, the last token (whose feature no pass
+    computes) is left out."""
     packed = Packed(runner)
     seqs = [list(p) for p in prompts]
     rows = [(b, t, i) for b, p in enumerate(prompts) for i, t in enumerate(p)]
     hid, feats = packed.forward(*map(list, zip(*rows)))
     ends = torch.tensor([len(p) for p in prompts]).cumsum(0) - 1
     out_feats = [[feats[e - len(p) + 1:e + 1]] for p, e in zip(prompts, ends.tolist())]
-    nxt = runner.logits(hid[ends]).argmax(-1).tolist()
+    nxt = pick(runner.logits(hid[ends]))
     live = list(range(len(prompts)))
     for step in range(max_new):
         for b, t in zip(live, nxt):
@@ -82,9 +99,28 @@ def decode_wave(runner, prompts: list, max_new: int, eos: set) -> list:
         hid, feats = packed.forward(live, [seqs[b][-1] for b in live], [len(seqs[b]) - 1 for b in live])
         for i, b in enumerate(live):
             out_feats[b].append(feats[i:i + 1])
-        nxt = runner.logits(hid).argmax(-1).tolist()
+        nxt = pick(runner.logits(hid))
     runner.reset()
     return [(torch.tensor(s[:-1], dtype=torch.int32), torch.cat(f).to(torch.float16)) for s, f in zip(seqs, out_feats)]
+
+
+def user_header(tok) -> list:
+    """The chat template's ids up to where a user's turn begins."""
+    text = tok.apply_chat_template([{"role": "user", "content": "\x00"}], tokenize=False)
+    return tok(text[:text.index("\x00")], add_special_tokens=False)["input_ids"]
+
+
+def magpie_questions(runner, tok, n: int, hc: HarvestConfig, eos: set, seed: int) -> list:
+    """Up to n distinct user questions sampled from the target after its user header; a question that does not end
+    within hc.max_question tokens is dropped."""
+    head, gen = user_header(tok), torch.Generator().manual_seed(seed)
+    out = []
+    for j in range(0, n, hc.batch):
+        for ids, _ in decode_wave(runner, [head] * min(hc.batch, n - j), hc.max_question, eos, sampler(gen)):
+            q = ids[len(head):].tolist()
+            if len(q) < hc.max_question - 1:  # ended on its own (the end token is not in ids)
+                out.append(tok.decode(q).strip())
+    return list(dict.fromkeys(x for x in out if x))
 
 
 def corpus_prompts(hc: HarvestConfig) -> list:
@@ -116,8 +152,8 @@ def harvest(pipe, hc: HarvestConfig, log=print) -> dict:
     from core.train.data import save_rows
     cache = Path(hc.out) / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    prompts = corpus_prompts(hc)
-    total = (len(prompts) + hc.shard - 1) // hc.shard
+    prompts = corpus_prompts(hc) if hc.source == "corpus" else None
+    total = (len(prompts) + hc.shard - 1) // hc.shard if prompts else hc.shards
     done = sorted(cache.glob("shard_*.pt"))
     tokens = sum(sum(len(x) for x in torch.load(p)["ids"]) for p in done)
     t0, made, state = time.monotonic(), 0, {}
@@ -127,7 +163,9 @@ def harvest(pipe, hc: HarvestConfig, log=print) -> dict:
             continue
         if hc.minutes and time.monotonic() - t0 > hc.minutes * 60:
             break
-        rows = shard_rows(pipe.target, pipe.tokenizer, prompts[i * hc.shard:(i + 1) * hc.shard], hc, pipe.eos_ids())
+        part = prompts[i * hc.shard:(i + 1) * hc.shard] if prompts else \
+            magpie_questions(pipe.target, pipe.tokenizer, hc.shard, hc, pipe.eos_ids(), hc.seed * 100003 + i)
+        rows = shard_rows(pipe.target, pipe.tokenizer, part, hc, pipe.eos_ids())
         save_rows(path, rows)
         n = sum(len(r[0]) for r in rows)
         tokens, made = tokens + n, made + n
@@ -142,6 +180,8 @@ def main(argv=None) -> int:
     hc = parse_config(HarvestConfig, argv, "python -m core.train.harvest")
     if not hc.out:
         raise SystemExit("--out DIR is required")
+    if hc.source not in ("corpus", "magpie"):
+        raise SystemExit(f"--source must be corpus or magpie, got {hc.source!r}")
     torch.set_num_threads(hc.threads)
     from core.pipeline import Pipeline
     pipe = Pipeline.load(hc.model, draft="context")

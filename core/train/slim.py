@@ -301,7 +301,7 @@ def load_inputs(a):
     model, _ = load_target(target_id)
     head = load_head(a.head, model)
     W = model.get_output_embeddings().weight.detach().float()
-    ids, feats = load_cache(a.cache)
+    ids, feats, _ = load_cache(a.cache)
     return W, head_inputs(head, ids, feats, a.tokens, a.seed)
 
 
