@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
+from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, float_mask, init_from_target
 from core.decoding.eagle_io import load_head, load_official_state_dict, save_head
 from core.errors import SpecError
 from tools.tiny import tiny_model
@@ -58,6 +58,28 @@ def test_a_missing_head_is_a_clear_error(tmp_path):
     model, _ = tiny()
     with pytest.raises(SpecError, match="no EAGLE head in .*config.json, eagle.safetensors missing"):
         load_head(tmp_path, model)
+
+
+def test_a_qwen2_targets_head_layer_starts_as_its_last_layer():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+    cfg = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.normal_()  # Qwen2's q/k/v biases: the head's layer must carry them
+    head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
+    assert head.lcfg.model_type == "llama" and head.lcfg.rope_parameters["rope_theta"] == 1e6
+    x, pos = torch.randn(1, 5, 64), torch.arange(5)[None]
+    mask = float_mask(torch.ones(5, 5, dtype=torch.bool).tril())[None, None]
+    with torch.no_grad():
+        want = model.model.layers[-1](x, attention_mask=mask, position_embeddings=Qwen2RotaryEmbedding(cfg)(x, pos))
+        got = head.layers[0](x, attention_mask=mask, position_embeddings=head.rotary(x, pos))
+    want, got = (w[0] if isinstance(w, tuple) else w for w in (want, got))
+    assert torch.allclose(want, got, atol=1e-5)
 
 
 def test_official_key_mapping():

@@ -72,11 +72,24 @@ def self_attention(attn, x, rotary, hd, mask=None, past=None):
     return attn.o_proj(a.transpose(1, 2).reshape(B, T, -1)), (k, v)
 
 
+def layer_config(cfg):
+    """The LlamaConfig of the head's layer for a target's config: a Llama target's own; for Qwen2 the same shapes with
+    q/k/v biases (attention_bias also gives o_proj a bias, zero from init_from_target)."""
+    if cfg.model_type == "llama":
+        return cfg
+    from transformers import LlamaConfig
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings",
+            "hidden_act", "tie_word_embeddings", "bos_token_id", "eos_token_id")
+    return LlamaConfig(**{k: getattr(cfg, k) for k in keys if getattr(cfg, k, None) is not None},
+                       attention_bias=cfg.model_type == "qwen2")
+
+
 class EagleHead(nn.Module):
     def __init__(self, llama_config, ecfg: EagleConfig = None):
         super().__init__()
         self.ecfg = ecfg or EagleConfig()
-        self.lcfg = llama_config
+        self.lcfg = llama_config = layer_config(llama_config)
         d = llama_config.hidden_size
         self.d = d
         self.fc = nn.Linear(2 * d, d, bias=True)
@@ -127,9 +140,13 @@ def init_from_target(head, target_model):
     sd = base.layers[-1].state_dict()
     if not head.ecfg.input_norm:
         sd = {k: v for k, v in sd.items() if not k.startswith("input_layernorm")}
-    head.layers[0].load_state_dict(sd)
+    missing, unexpected = head.layers[0].load_state_dict(sd, strict=False)
+    if unexpected or set(missing) - {"self_attn.o_proj.bias"}:
+        raise ValueError(f"the target's last layer does not fit the head's: missing {missing}, unexpected {unexpected}")
     d = head.d
     with torch.no_grad():
+        if head.layers[0].self_attn.o_proj.bias is not None:
+            head.layers[0].self_attn.o_proj.bias.zero_()
         head.fc.weight.zero_()
         head.fc.weight[:, :d].copy_(torch.eye(d))
         head.fc.weight[:, d:].normal_(0, 0.02)
