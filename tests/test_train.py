@@ -123,6 +123,11 @@ def test_prompt_targets_weighted_by_response_start():
     assert w.tolist() == [[0.0] * 7 + [1.0] * 3] * 3
 
 
+def test_the_token_subset_always_holds_the_batchs_own_ids_once():
+    S = te.with_batch_ids(torch.tensor([1, 5, 9]), torch.tensor([[5, 7, 7], [300, 1, 0]]))
+    assert sorted(S.tolist()) == [0, 1, 5, 7, 9, 300] and S[:3].tolist() == [1, 5, 9]
+
+
 def words(rng, n):
     return " ".join(f"w{rng.randrange(3, 512)}" for _ in range(n))
 

@@ -5,7 +5,8 @@ Data (core/train/data.py): target features by teacher forcing on corpus prompt+r
 free from the generation passes). Both are cached on disk as fp16 shards in DIR/cache (resumable).
 Loss per draft depth s (EAGLE-3 training-time test: depth s >= 2 feeds the head its own predicted feature):
   feat_w * SmoothL1(f^/sigma, f/sigma)   (one global scale sigma: scale-robust, keeps f^ on f's scale)
-  + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data)
+  + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data, random
+                                           other ids redrawn each step and the batch's own token ids)
 Checkpoints DIR/ckpt.pt every --ckpt-min minutes (and every --ckpt-every steps); rerunning the same command
 resumes. The training card's tau (core/train/card.py) comes from the engine (Pipeline.run, method full) drafting with the new head.
 """
@@ -109,6 +110,12 @@ def with_negatives(sub, V, n, gen):
     out[sub] = False
     others = out.nonzero().view(-1)
     return torch.cat([sub, others[torch.randperm(len(others), generator=gen)[:n]]])
+
+
+def with_batch_ids(ids, X):
+    """ids + the batch's token ids not among them: the target's own next tokens (its top-1 on self-distilled answers)
+    are always scored, however rare."""
+    return torch.cat([ids, X.unique()[~torch.isin(X.unique(), ids)]])
 
 
 def target_weights(L, start, prompt_w):
@@ -322,7 +329,8 @@ def train(model, tok, tcfg):
     while step < tcfg.steps and frac() < 1.0:
         set_lr(opt, lr_at(step, tcfg.steps, tcfg.lr, warm, frac()))
         batch = tuple(t.to(W.device) for t in sample_batch(ids, feats, tcfg, rng, starts))
-        W_S = W[with_negatives(sub, W.shape[0], tcfg.negatives if tcfg.vocab_subset else 0, neg_gen).to(W.device)]
+        S = with_negatives(sub, W.shape[0], tcfg.negatives if tcfg.vocab_subset else 0, neg_gen)
+        W_S = W[(with_batch_ids(S, batch[0].cpu()) if tcfg.vocab_subset else S).to(W.device)]
         loss, stats = train_step(head, opt, W_S, batch, sigma, tcfg)
         step += 1
         seen += int((batch[2] > 0).sum())

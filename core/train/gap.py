@@ -116,12 +116,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from core.models import load_model
     from core.pipeline import Pipeline
-    pipe = Pipeline.load(args.model, draft="eagle")
-    if args.head:
+    pipe = Pipeline.load(args.model, draft="context" if args.head else "eagle")
+    if args.head:  # a head of one's own, also for a model without a shipped one
         from pathlib import Path
 
         from core.decoding.eagle_io import load_eagle_drafter
-        pipe.drafter = load_eagle_drafter(pipe.target, Path(args.head), "auto")
+        pipe.drafter, pipe.draft_name = load_eagle_drafter(pipe.target, Path(args.head), "auto"), "eagle"
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     hf = {f"transformers {k}": load_model(args.model, dtype=dtypes[k])[0] for k in filter(None, args.hf.split(","))}
     prompts = [q.text for q in load_prompts(args.prompts, args.limit)]
