@@ -187,6 +187,17 @@ def test_training_follows_the_shards_a_harvest_writes_beside_it(tmp_path):
     assert te.follow_cache(te.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
 
 
+def test_the_card_names_where_each_cache_came_from(tmp_path):
+    import json
+    (tmp_path / "h" / "cache").mkdir(parents=True)
+    (tmp_path / "h" / "harvest.json").write_text(json.dumps({"settings": {"max_new": 256, "source": "magpie", "data": ""}}))
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "cache").symlink_to(tmp_path / "h" / "cache")  # a training dir sharing a harvest's cache
+    line = tc.data_line(te.TrainConfig(out=str(tmp_path / "t"), data="c.jsonl"))
+    assert line == "the target's greedy answers (<= 256 new tokens) to questions it sampled itself (Magpie) (core.train.harvest)"
+    assert tc.data_line(te.TrainConfig(out=str(tmp_path / "x"), data="c.jsonl")) == "c.jsonl (teacher forcing on responses)"
+
+
 def test_the_card_tau_is_the_engines_mean_accepted_length(tmp_path):
     from core.config import SpecConfig
     from core.trace.stats import summarize

@@ -1,6 +1,7 @@
 """The training card of an EAGLE head: its acceptance length tau measured by the engine (Pipeline.run, method full)
 drafting with the new head on held-out prompts, chain and tree, written beside the head.
 """
+import json
 import os
 
 from core.paths import write_atomic
@@ -50,14 +51,40 @@ def tau_row(r) -> str:
     return f"| {shape} | {r['steps']} | {r['tau']:.3f} |"
 
 
+def harvest_of(out) -> dict | None:
+    """The settings of the harvest (core.train.harvest) that wrote DIR/cache, following a linked cache; else None."""
+    path = os.path.join(os.path.dirname(os.path.realpath(os.path.join(out, "cache"))), "harvest.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("settings")
+
+
+def data_line(tcfg) -> str:
+    """Where each cache dir's sequences came from: a harvest's greedy answers, else train-eagle's own cache."""
+    from core.train.eagle import cache_dirs
+    parts = []
+    for d in cache_dirs(tcfg):
+        h = harvest_of(d)
+        if h:
+            parts.append(f"the target's greedy answers (<= {h['max_new']} new tokens) to "
+                         + ("questions it sampled itself (Magpie)" if h.get("source") == "magpie" else f"prompts of {h['data']}")
+                         + " (core.train.harvest)")
+        elif tcfg.self_distill:
+            parts.append(f"{tcfg.data} (self-distilled: the target's greedy generations, max {tcfg.max_new} new tokens, "
+                         f"of {tcfg.self_distill} prompts)")
+        else:
+            parts.append(f"{tcfg.data} (teacher forcing on responses)")
+    return "; ".join(parts)
+
+
 def write_card(tcfg, card, acc, path=None):
     """DIR/training_card.md: data, loss, schedule, held-out agreement, and the engine's tau per shape (`acc`)."""
     path = path or os.path.join(tcfg.out, "training_card.md")
     lines = [f"# EAGLE head for {tcfg.target}", "",
              "One LlamaDecoderLayer (init: the target's last layer) + fc [2d -> d] over [pre-norm last-layer feature; "
              "next-token embedding]; output -> the target's frozen final norm -> the target's LM head W.", "",
-             f"- data: {tcfg.data}" + (f" (self-distilled: the target's greedy generations, max {tcfg.max_new} new tokens, "
-                                     f"of {tcfg.self_distill} prompts)" if tcfg.self_distill else " (teacher forcing on responses)"),
+             f"- data: {data_line(tcfg)}",
              f"- cached tokens: {card['tokens']} in {card['seqs']} sequences (prompt + response)",
              f"- steps: {card['steps']}, batch {tcfg.batch} x seq {tcfg.seq_len}, lr {tcfg.lr}, seed {tcfg.seed}, "
              f"training-time-test depth {tcfg.depth}",
@@ -67,7 +94,7 @@ def write_card(tcfg, card, acc, path=None):
              f"- loss weight of prompt/chat-template targets: {tcfg.prompt_w} (response targets 1); init: "
              f"{tcfg.init or 'the target last layer'}",
              f"- wall clock: {card.get('minutes', 0):.0f} min of training on "
-             + ("one CPU thread (shared machine)" if tcfg.device == "cpu" else tcfg.device),
+             + (f"{tcfg.threads} CPU thread(s) (shared machine)" if tcfg.device == "cpu" else tcfg.device),
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
              f"- held-out response agreement (full vocabulary, {tcfg.holdout} self-distilled eval-split prompts, "
