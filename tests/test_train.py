@@ -177,14 +177,14 @@ def test_eagle_resume_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_training_follows_the_shards_a_harvest_writes_beside_it(tmp_path):
     model, tok, tcfg = eagle_run(tmp_path / "a", extra_cache=str(tmp_path / "b"))
-    ids, feats, loaded = td.load_cache(te.cache_dirs(tcfg))
+    ids, feats, loaded = td.load_cache(td.cache_dirs(tcfg))
     starts, before = [0] * len(ids), len(ids)
-    assert te.follow_cache(te.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
+    assert te.follow_cache(td.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
     (tmp_path / "b" / "cache").mkdir(parents=True)
     td.save_rows(tmp_path / "b" / "cache" / "shard_00000.pt", [(torch.arange(7, dtype=torch.int32), torch.zeros(7, 64))])
-    assert te.follow_cache(te.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 7
+    assert te.follow_cache(td.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 7
     assert len(ids) == len(feats) == len(starts) == before + 1 and ids[-1].tolist() == list(range(7))
-    assert te.follow_cache(te.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
+    assert te.follow_cache(td.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
 
 
 def test_the_card_names_where_each_cache_came_from(tmp_path):

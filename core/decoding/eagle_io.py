@@ -27,11 +27,11 @@ def save_head(head, out_dir, name="eagle.safetensors"):
 FIT = ("hidden_size", "vocab_size", "num_hidden_layers")  # what a head must share with its target
 
 
-def check_fits(head_cfg: dict, target_cfg, head_dir) -> None:
+def check_fits(head_cfg: dict, target_cfg, head_dir, keys=FIT) -> None:
     """SpecError naming both shapes where the head was made for another target (hidden size, vocabulary, layers)."""
-    bad = [k for k in FIT if head_cfg.get(k) != getattr(target_cfg, k, None)]
+    bad = [k for k in keys if head_cfg.get(k) != getattr(target_cfg, k, None)]
     if bad:
-        shape = lambda get: ", ".join(f"{k} {get(k)}" for k in FIT)
+        shape = lambda get: ", ".join(f"{k} {get(k)}" for k in keys)
         raise SpecError(f"the EAGLE head in {head_dir} was made for another target: head {shape(head_cfg.get)}; "
                         f"target {shape(lambda k: getattr(target_cfg, k, None))}")
 
@@ -150,7 +150,7 @@ def load_official(head_dir, target_model, dtype=torch.float32):
     from transformers import LlamaConfig
     with open(os.path.join(head_dir, "config.json")) as f:
         hf_cfg = json.load(f)
-    check_fits(hf_cfg, target_model.config, head_dir)
+    check_fits(hf_cfg, target_model.config, head_dir, FIT[:2])  # an official config counts the draft's own layers
     conventions = hf_cfg.pop("speclens_eagle", None) or asdict(OFFICIAL)
     head = EagleHead(LlamaConfig(**hf_cfg), EagleConfig(**conventions))
     load_official_state_dict(head, load_file(os.path.join(head_dir, OFFICIAL_WEIGHTS)))

@@ -62,7 +62,7 @@ def harvest_of(out) -> dict | None:
 
 def data_line(tcfg) -> str:
     """Where each cache dir's sequences came from: a harvest's greedy answers, else train-eagle's own cache."""
-    from core.train.eagle import cache_dirs
+    from core.train.data import cache_dirs
     parts = []
     for d in cache_dirs(tcfg):
         h = harvest_of(d)

@@ -183,6 +183,11 @@ def cached_tokens(out):
     return n
 
 
+def cache_dirs(tcfg) -> list:
+    """The dirs whose cache/ shards train-eagle trains on: --out and --extra-cache's."""
+    return [tcfg.out] + [d for d in tcfg.extra_cache.split(",") if d]
+
+
 def load_cache(out, skip=()):
     """(ids, feats, shard paths) of DIR/cache's shards (DIR: one or a list), less the paths in `skip` (those already
     loaded)."""

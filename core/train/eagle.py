@@ -26,6 +26,7 @@ from core.train.card import CARD_MAX_NEW, card_pipeline, engine_tau, eval_prompt
 from core.train.data import (
     build_cache,
     build_heldout,
+    cache_dirs,
     load_cache,
     load_heldout,
     load_target,
@@ -189,10 +190,6 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg):
         stats[f"f{s}"], stats[f"t{s}"], stats[f"a{s}"] = lf.item(), lt.item(), acc.item()
         feat = out
     return loss, stats
-
-
-def cache_dirs(tcfg) -> list:
-    return [tcfg.out] + [d for d in tcfg.extra_cache.split(",") if d]
 
 
 def follow_cache(out, ids, feats, starts, loaded, marker, log) -> int:
