@@ -53,6 +53,14 @@ def test_the_harvest_writes_train_eagle_shards_and_resumes(default_pipeline, tmp
     assert harvest(default_pipeline, hc, log=lambda msg: None) == {} and shards[0].stat().st_mtime_ns == before
 
 
+def test_an_empty_corpus_harvests_nothing(default_pipeline, tmp_path):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+    hc = HarvestConfig(out=str(tmp_path / "e"), data=str(data), skip=0)
+    assert harvest(default_pipeline, hc, log=lambda msg: None) == {}
+    assert not list((tmp_path / "e" / "cache").glob("shard_*.pt"))
+
+
 def test_magpie_questions_are_the_targets_own_user_turns_the_same_for_a_seed(default_pipeline):
     pipe, hc = default_pipeline, HarvestConfig(batch=4, max_question=48)
     a = magpie_questions(pipe.target, pipe.tokenizer, 4, hc, pipe.eos_ids(), seed=7)

@@ -192,7 +192,9 @@ def load_cache(out, skip=()):
     """(ids, feats, shard paths) of DIR/cache's shards (DIR: one or a list), less the paths in `skip` (those already
     loaded)."""
     ids, feats, paths = [], [], []
-    for p in sum((sorted(glob.glob(os.path.join(d, "cache", "shard_*.pt"))) for d in ([out] if isinstance(out, str) else out)), []):
+    dirs = [out] if isinstance(out, str) else out
+    shards = [p for d in dirs for p in sorted(glob.glob(os.path.join(d, "cache", "shard_*.pt")))]
+    for p in shards:
         if p in skip:
             continue
         s = torch.load(p)

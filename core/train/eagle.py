@@ -116,7 +116,8 @@ def with_negatives(sub, V, n, gen):
 def with_batch_ids(ids, X):
     """ids + the batch's token ids not among them: the target's own next tokens (its top-1 on self-distilled answers)
     are always scored, however rare."""
-    return torch.cat([ids, X.unique()[~torch.isin(X.unique(), ids)]])
+    seen = X.unique()
+    return torch.cat([ids, seen[~torch.isin(seen, ids)]])
 
 
 def target_weights(L, start, prompt_w):
@@ -344,7 +345,7 @@ def train(model, tok, tcfg):
             hist.append({"step": step, **check()})
             log(f"held-out response agreement at step {step}: {agreement_text(hist[-1])}")
         if tcfg.follow and time.time() - t_follow > tcfg.follow * 60:
-            ntok += follow_cache(cache_dirs(tcfg), ids, feats, starts, loaded, marker, log)
+            follow_cache(cache_dirs(tcfg), ids, feats, starts, loaded, marker, log)
             t_follow = time.time()
         if time.time() - t_ck > tcfg.ckpt_min * 60 or due(step, tcfg.ckpt_every, tcfg.steps):
             save_ckpt(ck, head, opt, step, rng, extra())
@@ -352,7 +353,7 @@ def train(model, tok, tcfg):
     bar.close()
     save_ckpt(ck, head, opt, step, rng, extra())
     save_head(head, tcfg.out)
-    card = {"tokens": ntok, "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
+    card = {"tokens": sum(len(i) for i in ids), "seqs": len(ids), "subset": len(sub), "sigma": sigma, "final": run, "steps": step,
             "minutes": clock.seconds() / 60, "response": sum(len(x) - s for x, s in zip(ids, starts)), "held0": held_first, "held": check()}
     finish(model, tok, tcfg, head, card)
     return 0

@@ -153,7 +153,7 @@ def harvest(pipe, hc: HarvestConfig, log=print) -> dict:
     cache = Path(hc.out) / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     prompts = corpus_prompts(hc) if hc.source == "corpus" else None
-    total = (len(prompts) + hc.shard - 1) // hc.shard if prompts else hc.shards
+    total = (len(prompts) + hc.shard - 1) // hc.shard if prompts is not None else hc.shards
     done = sorted(cache.glob("shard_*.pt"))
     tokens = sum(sum(len(x) for x in torch.load(p)["ids"]) for p in done)
     t0, made, state = time.monotonic(), 0, {}
@@ -163,7 +163,7 @@ def harvest(pipe, hc: HarvestConfig, log=print) -> dict:
             continue
         if hc.minutes and time.monotonic() - t0 > hc.minutes * 60:
             break
-        part = prompts[i * hc.shard:(i + 1) * hc.shard] if prompts else \
+        part = prompts[i * hc.shard:(i + 1) * hc.shard] if prompts is not None else \
             magpie_questions(pipe.target, pipe.tokenizer, hc.shard, hc, pipe.eos_ids(), hc.seed * 100003 + i)
         rows = shard_rows(pipe.target, pipe.tokenizer, part, hc, pipe.eos_ids())
         save_rows(path, rows)
