@@ -223,13 +223,15 @@ class Pipeline:
         return self._slim_path(rank or max(self.drafter.head_weight.shape[1] // 8, 1)) is not None
 
     def _slim_path(self, rank):
-        """The trained factors of the drafter's head: beside the EAGLE head, or the draft model's own ("self": the
+        """The trained factors of the drafter's head: beside the EAGLE head (else the target's own: the head's outputs
+        stand for the target's final hidden states, over the same W), or the draft model's own ("self": the
         target's)."""
         if self.drafter is None:
             return None
         owner = self.model_id if self.draft_name in ("eagle", "self") else self.draft_name
-        path = head_dir(owner) / slim_file(rank, own=self.draft_name != "eagle")
-        return path if path.exists() else None
+        kinds = (False, True) if self.draft_name == "eagle" else (True,)
+        paths = [head_dir(owner) / slim_file(rank, own=own) for own in kinds]
+        return next((p for p in paths if p.exists()), None)
 
     def _trained_slim(self, rank):
         path = self._slim_path(rank)

@@ -56,3 +56,10 @@ def test_the_eagle_and_self_drafters_get_the_targets_factors_of_their_kind():
     assert pipeline_of("eagle", model)._slim_path(72) == head_dir(model) / slim_file(72, own=False)
     assert pipeline_of("self", model)._slim_path(72) == head_dir(model) / slim_file(72, own=True)
     assert pipeline_of("self", model)._slim_path(8) is None  # no factors at that rank: SVD
+
+
+def test_an_eagle_head_without_factors_of_its_own_gets_the_targets_own():
+    from core.pipeline import slim_file
+    model = "qwen2.5-coder-0.5b-instruct"
+    assert not (head_dir(model) / slim_file(112, own=False)).exists()
+    assert pipeline_of("eagle", model)._slim_path(112) == head_dir(model) / slim_file(112, own=True)

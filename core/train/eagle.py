@@ -162,13 +162,14 @@ def shift(x, s, fill=0):
     return out
 
 
-def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg):
-    """EAGLE loss with training-time test over tcfg.depth steps. Returns (loss, stats)."""
+def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg, feat0=None):
+    """EAGLE loss with training-time test over tcfg.depth steps. Returns (loss, stats).
+    feat0 [B, T-1, d]: the first step's input features where they are not the target features themselves."""
     B, T = X.shape
     L = T - 1
     Fe = head.target_in(Fe)
     pos = torch.arange(1, L + 1, device=X.device).expand(B, L)
-    feat, keys, vals = Fe[:, :L], [], []
+    feat, keys, vals = Fe[:, :L] if feat0 is None else feat0, [], []
     loss, stats = 0.0, {}
     for s in range(1, tcfg.depth + 1):
         ids, tgt = shift(X, s), shift(Fe, s)

@@ -1,0 +1,200 @@
+"""python -m core.train.fused: does an EAGLE head draft better when a low and a middle layer of the target are fused
+into its input (EAGLE-3) than from the last layer alone? Measured, not assumed.
+
+Two arms continue the same head (--init, a train-eagle ckpt.pt) on the same batches for the same steps:
+  last:  the first draft step reads f_t, the last layer's feature (as the engine drafts today);
+  fused: it reads f_t + W_fuse [rms(l_t); rms(m_t)], l/m the outputs of --layers (W_fuse [2d -> d], zero at the
+         start, so both arms begin as the same head). Deeper steps feed the head its own output in both arms.
+All features come from transformers' target (bf16 by default), teacher-forced, so the arms differ only in the fusion.
+
+  python -m core.train.fused features --out DIR --cache H1,H2 --seqs 4000     # DIR/feats.pt (+ the held-out sets)
+  python -m core.train.fused train --out DIR --arm fused --init CKPT --steps 600  # DIR/<arm>.log, agreement curves
+
+Agreement = top-1 over the full vocabulary at answer positions, per draft depth (teacher-forced, as train-eagle's
+held-out check): on the held-out corpus answers of --heldout and on the target's greedy answers to
+assets/prompts/heldout.jsonl (never trained on).
+"""
+import argparse
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from core.train.data import chat_ids, load_cache, load_target, response_marker, response_start
+from core.train.eagle import (
+    TrainConfig, draft_losses, feature_scale, new_head, sample_batch, target_weights, token_subset, with_batch_ids,
+    with_negatives,
+)
+from core.train.loop import load_checkpoint, lr_at, progress_log, set_lr
+
+
+@torch.no_grad()
+def layer_features(model, seq, layers) -> torch.Tensor:
+    """[len(seq), (1 + len(layers)) d] fp16: the last layer's output before the final norm (the feature the head
+    regresses), then each of `layers`' outputs (0-based layer index)."""
+    from core.train.data import FeatureHook
+    hook = FeatureHook(model)
+    out = model.model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+    hook.h.remove()
+    hs = out.hidden_states  # (embeddings, layer 0 out, ..., norm(last out))
+    return torch.cat([hook.take()[0][0]] + [hs[i + 1][0] for i in layers], -1).half()
+
+
+@torch.no_grad()
+def greedy_answer(model, tok, prompt, n) -> list:
+    ids = chat_ids(tok, prompt)
+    out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id)
+    return out[0].tolist()
+
+
+def features(args) -> int:
+    """DIR/feats.pt: {layers, train: [(ids, feats)], heldout: {name: [(ids, feats, start)]}}."""
+    torch.set_num_threads(args.threads)
+    model, tok = load_target(args.target)
+    model = model.to(getattr(torch, args.dtype))
+    layers = [int(x) for x in args.layers.split(",")]
+    ids, _, _ = load_cache(args.cache.split(","))
+    rng = random.Random(args.seed)
+    pick = rng.sample(range(len(ids)), min(args.seqs, len(ids)))
+    marker = response_marker(tok)
+    log = progress_log(os.path.join(args.out, "features.log"))
+    train, t0, n = [], time.time(), 0
+    for k, i in enumerate(pick):
+        x = ids[i].long().tolist()[:args.max_len]
+        train.append((torch.tensor(x, dtype=torch.int32), layer_features(model, x, layers)))
+        n += len(x)
+        if k % 200 == 0:
+            log(f"{k}/{len(pick)} seqs, {n} tokens, {n / (time.time() - t0):.0f} tok/s")
+    held = {}
+    if args.heldout:
+        h = torch.load(args.heldout)
+        held["corpus"] = [(x, layer_features(model, x.long().tolist(), layers), response_start(x, marker))
+                          for x in h["ids"]]
+    from core.prompts import load_prompts
+    qs = [q.text for q in load_prompts(args.prompts)]
+    held["prompts"] = []
+    for q in qs:
+        seq = greedy_answer(model, tok, q, args.max_new)
+        held["prompts"].append((torch.tensor(seq, dtype=torch.int32), layer_features(model, seq, layers),
+                                len(chat_ids(tok, q))))
+    torch.save({"layers": layers, "train": train, "heldout": held}, os.path.join(args.out, "feats.pt"))
+    log(f"done: {len(train)} seqs, {n} tokens; held-out {', '.join(f'{k} {len(v)}' for k, v in held.items())}")
+    return 0
+
+
+class Fusion(torch.nn.Module):
+    """f_t + W_fuse [rms(l_t); rms(m_t); ...]: W_fuse [k d -> d], zero at the start."""
+
+    def __init__(self, d, k):
+        super().__init__()
+        self.d = d
+        self.proj = torch.nn.Linear(k * d, d, bias=False)
+        torch.nn.init.zeros_(self.proj.weight)
+
+    def forward(self, fe):
+        f, aux = fe[..., :self.d], fe[..., self.d:]
+        aux = torch.cat([F.rms_norm(a, (self.d,)) for a in aux.split(self.d, -1)], -1)
+        return f + self.proj(aux.to(self.proj.weight.dtype))
+
+
+def losses(head, fusion, W_S, X, Fe, w, sigma, tcfg):
+    """draft_losses of the arm: the first step reads the fused features (fusion) or f_t alone (None)."""
+    d = head.d
+    f = Fe[..., :d]
+    feat0 = fusion(Fe[:, :-1]) if fusion is not None else None
+    return draft_losses(head, W_S, X, f, w, sigma, tcfg, feat0)
+
+
+@torch.no_grad()
+def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
+    """Top-1 agreement per depth over the full vocabulary at the answer positions of rows [(ids, feats, start)]."""
+    tot, n = {}, 0.0
+    for x, fe, s in rows:
+        w = target_weights(len(x), s, 0.0)[None]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, st = losses(head, fusion, W, x.long()[None], fe.float()[None], w, sigma, tcfg)
+        k = float(w[0, 1:].sum())
+        for key, v in st.items():
+            if key.startswith("a"):
+                tot[key] = tot.get(key, 0.0) + v * k
+        n += k
+    return {"h" + k[1:]: round(v / max(n, 1.0), 4) for k, v in sorted(tot.items())}
+
+
+def train(args) -> int:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    data = torch.load(os.path.join(args.out, "feats.pt"))
+    tcfg = TrainConfig(target=args.target, batch=args.batch, seq_len=args.seq_len, lr=args.lr, depth=3,
+                       prompt_w=0.1, steps=args.steps, init=args.init)
+    model, tok = load_target(args.target)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    head = new_head(model, tcfg)
+    d = head.d
+    fusion = Fusion(d, len(data["layers"])) if args.arm == "fused" else None
+    W = model.get_output_embeddings().weight.detach()
+    ids = [x for x, _ in data["train"]]
+    feats = [f for _, f in data["train"]]
+    marker = response_marker(tok)
+    starts = [response_start(x, marker) for x in ids]
+    sub = token_subset(ids, W.shape[0], tcfg.vocab_subset - tcfg.negatives)
+    sigma = feature_scale([f[:, :d] for f in feats])
+    groups = [{"params": [p for p in head.parameters() if p.requires_grad]}]
+    if fusion is not None:
+        groups.append({"params": list(fusion.parameters()), "scale": args.fuse_lr_scale})
+    opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    rng, neg = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
+    log = progress_log(os.path.join(args.out, f"{args.arm}.log"))
+    check = lambda: {k: agreement(head, fusion, W, v, sigma, tcfg) for k, v in data["heldout"].items()}
+    log(f"{args.arm}: layers {data['layers']}, {len(ids)} seqs, {sum(len(x) for x in ids)} tokens; step 0 {check()}")
+    t0 = time.time()
+    for step in range(args.steps):
+        set_lr(opt, lr_at(step, args.steps, tcfg.lr, 20))
+        X, Fe, w = sample_batch(ids, feats, tcfg, rng, starts)
+        W_S = W[with_batch_ids(with_negatives(sub, W.shape[0], tcfg.negatives, neg), X)]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, st = losses(head, fusion, W_S, X, Fe, w, sigma, tcfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], 1.0)
+        opt.step()
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            log(f"step {step + 1} a1={st['a1']:.3f} {time.time() - t0:.0f} s: {check()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.train.fused", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=["features", "train"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--target", default="smollm2-135m-instruct")
+    p.add_argument("--cache", default="", help="harvest dirs (comma list) whose cached sequences are sampled")
+    p.add_argument("--heldout", default="", help="a train-eagle heldout.pt (held-out corpus answers)")
+    p.add_argument("--prompts", default="assets/prompts/heldout.jsonl")
+    p.add_argument("--max-new", type=int, default=96)
+    p.add_argument("--layers", default="2,15", help="the low and middle layers fused (0-based)")
+    p.add_argument("--seqs", type=int, default=4000)
+    p.add_argument("--dtype", default="bfloat16", help="the target's dtype while forcing the features")
+    p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--arm", choices=["last", "fused"], default="fused")
+    p.add_argument("--init", default="", help="the head both arms continue: a train-eagle ckpt.pt")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--fuse-lr-scale", type=float, default=3.0)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    return features(args) if args.what == "features" else train(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
