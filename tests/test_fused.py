@@ -44,3 +44,15 @@ def test_a_trained_fusion_changes_only_the_first_steps_input():
     Fe = torch.cat([f, torch.randn_like(f)], -1)
     aux = torch.nn.functional.rms_norm(Fe[..., head.d:], (head.d,))
     assert torch.allclose(fusion(Fe) - f, fusion.proj(aux), atol=1e-5)
+
+
+def test_a_fresh_second_layer_drafts_exactly_as_the_head_alone():
+    model, head = tiny()
+    X = torch.randint(3, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    Fe = target_features(model, X)
+    w, W = torch.ones(X.shape), model.lm_head.weight.detach()
+    tcfg = te.TrainConfig(depth=3)
+    with torch.no_grad():
+        a, sa = tf.losses(tf.Deeper(head), None, W, X, Fe, w, 1.0, tcfg)
+        b, sb = tf.losses(head, None, W, X, Fe, w, 1.0, tcfg)
+    assert torch.allclose(a, b) and sa.keys() == sb.keys()

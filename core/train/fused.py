@@ -1,10 +1,11 @@
 """python -m core.train.fused: does an EAGLE head draft better when a low and a middle layer of the target are fused
-into its input (EAGLE-3) than from the last layer alone? Measured, not assumed.
+into its input (EAGLE-3), or with a second decoder layer, than as it is? Measured, not assumed.
 
-Two arms continue the same head (--init, a train-eagle ckpt.pt) on the same batches for the same steps:
+The arms continue the same head (--init, a train-eagle ckpt.pt) on the same batches for the same steps:
   last:  the first draft step reads f_t, the last layer's feature (as the engine drafts today);
   fused: it reads f_t + W_fuse [rms(l_t); rms(m_t)], l/m the outputs of --layers (W_fuse [2d -> d], zero at the
-         start, so both arms begin as the same head). Deeper steps feed the head its own output in both arms.
+         start, so the arms begin as the same head). Deeper steps feed the head its own output in every arm;
+  deep:  a second decoder layer after the head's own (its writes to the residual start at zero).
 All features come from transformers' target (bf16 by default), teacher-forced, so the arms differ only in the fusion.
 
   python -m core.train.fused features --out DIR --cache H1,H2 --seqs 4000     # DIR/feats.pt (+ the held-out sets)
@@ -100,6 +101,40 @@ class Fusion(torch.nn.Module):
         return f + self.proj(aux.to(self.proj.weight.dtype))
 
 
+class Deeper(torch.nn.Module):
+    """The head with a second decoder layer after its own: a copy of it whose o_proj and down_proj start at zero, so
+    the deeper head starts as the head. (k, v) of both layers travel stacked on the batch axis [2B, ...]."""
+
+    def __init__(self, head):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+        self.head, self.d = head, head.d
+        self.extra = LlamaDecoderLayer(head.lcfg, 1)
+        self.extra.load_state_dict(head.layers[0].state_dict())
+        for lin in (self.extra.self_attn.o_proj, self.extra.mlp.down_proj):
+            torch.nn.init.zeros_(lin.weight)
+            if lin.bias is not None:
+                torch.nn.init.zeros_(lin.bias)
+
+    def head_in(self, out):
+        return self.head.head_in(out)
+
+    def target_in(self, feats):
+        return self.head.target_in(feats)
+
+    def forward(self, feat, ids, pos, mask=None, past=None):
+        from core.decoding.eagle import self_attention
+        B = feat.shape[0]
+        p0, p1 = (None, None) if past is None else ((past[0][:B], past[1][:B]), (past[0][B:], past[1][B:]))
+        x, (k0, v0) = self.head(feat, ids, pos, mask, p0)
+        attn = self.extra.self_attn
+        a, (k1, v1) = self_attention(attn, self.extra.input_layernorm(x), self.head.rotary(x, pos), attn.head_dim,
+                                     mask, p1)
+        x = x + a
+        x = x + self.extra.mlp(self.extra.post_attention_layernorm(x))
+        return x, (torch.cat([k0, k1]), torch.cat([v0, v1]))
+
+
 def losses(head, fusion, W_S, X, Fe, w, sigma, tcfg):
     """draft_losses of the arm: the first step reads the fused features (fusion) or f_t alone (None)."""
     d = head.d
@@ -127,7 +162,7 @@ def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
 def train(args) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    data = torch.load(os.path.join(args.out, "feats.pt"))
+    data = torch.load(os.path.join(args.out, "feats.pt"), mmap=True)  # the arms share the pages
     tcfg = TrainConfig(target=args.target, batch=args.batch, seq_len=args.seq_len, lr=args.lr, depth=3,
                        prompt_w=0.1, steps=args.steps, init=args.init)
     model, tok = load_target(args.target)
@@ -136,6 +171,9 @@ def train(args) -> int:
     head = new_head(model, tcfg)
     d = head.d
     fusion = Fusion(d, len(data["layers"])) if args.arm == "fused" else None
+    base = head
+    if args.arm == "deep":
+        head = Deeper(head)
     W = model.get_output_embeddings().weight.detach()
     ids = [x for x, _ in data["train"]]
     feats = [f for _, f in data["train"]]
@@ -143,9 +181,10 @@ def train(args) -> int:
     starts = [response_start(x, marker) for x in ids]
     sub = token_subset(ids, W.shape[0], tcfg.vocab_subset - tcfg.negatives)
     sigma = feature_scale([f[:, :d] for f in feats])
-    groups = [{"params": [p for p in head.parameters() if p.requires_grad]}]
-    if fusion is not None:
-        groups.append({"params": list(fusion.parameters()), "scale": args.fuse_lr_scale})
+    groups = [{"params": [p for p in base.parameters() if p.requires_grad]}]
+    new = list(fusion.parameters()) if fusion is not None else list(head.extra.parameters()) if head is not base else []
+    if new:
+        groups.append({"params": new, "scale": args.new_lr_scale})
     opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng, neg = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
     log = progress_log(os.path.join(args.out, f"{args.arm}.log"))
@@ -164,6 +203,8 @@ def train(args) -> int:
         opt.step()
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             log(f"step {step + 1} a1={st['a1']:.3f} {time.time() - t0:.0f} s: {check()}")
+    torch.save({"head": head.state_dict(), "fusion": fusion and fusion.state_dict(), "arm": args.arm},
+               os.path.join(args.out, f"{args.arm}.pt"))
     return 0
 
 
@@ -181,13 +222,14 @@ def main(argv=None) -> int:
     p.add_argument("--seqs", type=int, default=4000)
     p.add_argument("--dtype", default="bfloat16", help="the target's dtype while forcing the features")
     p.add_argument("--max-len", type=int, default=512)
-    p.add_argument("--arm", choices=["last", "fused"], default="fused")
+    p.add_argument("--arm", choices=["last", "fused", "deep"], default="fused",
+                   help="last: the head as it is; fused: + the --layers' features; deep: + a second decoder layer")
     p.add_argument("--init", default="", help="the head both arms continue: a train-eagle ckpt.pt")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--fuse-lr-scale", type=float, default=3.0)
+    p.add_argument("--new-lr-scale", type=float, default=3.0, help="lr scale of the new weights (fusion, layer)")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
