@@ -56,3 +56,12 @@ def test_a_fresh_second_layer_drafts_exactly_as_the_head_alone():
         a, sa = tf.losses(tf.Deeper(head), None, W, X, Fe, w, 1.0, tcfg)
         b, sb = tf.losses(head, None, W, X, Fe, w, 1.0, tcfg)
     assert torch.allclose(a, b) and sa.keys() == sb.keys()
+
+
+def test_only_the_arms_new_weights_take_the_scaled_lr():
+    _, head = tiny()
+    deep = tf.Deeper(head)
+    groups = tf.param_groups(deep, None, 3.0)
+    assert len(groups) == 2 and groups[1]["scale"] == 3.0
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in deep.extra.parameters()}
+    assert len(tf.param_groups(head, None, 3.0)) == 1

@@ -159,6 +159,14 @@ def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
     return {"h" + k[1:]: round(v / max(n, 1.0), 4) for k, v in sorted(tot.items())}
 
 
+def param_groups(head, fusion, scale) -> list:
+    """The head's trained weights at the lr, the arm's new ones (fusion, second layer) at `scale` times it."""
+    base = head.head if isinstance(head, Deeper) else head
+    new = list(fusion.parameters()) if fusion is not None else list(head.extra.parameters()) if base is not head else []
+    groups = [{"params": [p for p in base.parameters() if p.requires_grad]}]
+    return groups + ([{"params": new, "scale": scale}] if new else [])
+
+
 def train(args) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -171,9 +179,7 @@ def train(args) -> int:
     head = new_head(model, tcfg)
     d = head.d
     fusion = Fusion(d, len(data["layers"])) if args.arm == "fused" else None
-    base = head
-    if args.arm == "deep":
-        head = Deeper(head)
+    head = Deeper(head) if args.arm == "deep" else head
     W = model.get_output_embeddings().weight.detach()
     ids = [x for x, _ in data["train"]]
     feats = [f for _, f in data["train"]]
@@ -181,10 +187,7 @@ def train(args) -> int:
     starts = [response_start(x, marker) for x in ids]
     sub = token_subset(ids, W.shape[0], tcfg.vocab_subset - tcfg.negatives)
     sigma = feature_scale([f[:, :d] for f in feats])
-    groups = [{"params": [p for p in base.parameters() if p.requires_grad]}]
-    new = list(fusion.parameters()) if fusion is not None else list(head.extra.parameters()) if head is not base else []
-    if new:
-        groups.append({"params": new, "scale": args.new_lr_scale})
+    groups = param_groups(head, fusion, args.new_lr_scale)
     opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng, neg = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
     log = progress_log(os.path.join(args.out, f"{args.arm}.log"))
