@@ -35,7 +35,7 @@ def test_a_fresh_fusion_drafts_exactly_as_the_last_layer_alone():
     assert torch.equal(a, b) and sa == sb
 
 
-def test_a_trained_fusion_changes_only_the_first_steps_input():
+def test_a_fusion_adds_its_projection_of_the_normed_layers_to_the_feature():
     model, head = tiny()
     X = torch.randint(3, 512, (2, 16), generator=torch.Generator().manual_seed(0))
     f = target_features(model, X)

@@ -188,16 +188,16 @@ def cache_dirs(tcfg) -> list:
     return [tcfg.out] + [d for d in tcfg.extra_cache.split(",") if d]
 
 
-def load_cache(out, skip=()):
+def load_cache(out, skip=(), mmap=False):
     """(ids, feats, shard paths) of DIR/cache's shards (DIR: one or a list), less the paths in `skip` (those already
-    loaded)."""
+    loaded); mmap: the shards mapped, not read (feats read only where used)."""
     ids, feats, paths = [], [], []
     dirs = [out] if isinstance(out, str) else out
     shards = [p for d in dirs for p in sorted(glob.glob(os.path.join(d, "cache", "shard_*.pt")))]
     for p in shards:
         if p in skip:
             continue
-        s = torch.load(p)
+        s = torch.load(p, mmap=mmap)
         ids += s["ids"]
         feats += s["feats"]
         paths.append(p)

@@ -232,15 +232,16 @@ def new_head(model, tcfg):
 
 
 @torch.no_grad()
-def heldout_agreement(head, W, held, sigma, tcfg):
+def heldout_agreement(head, W, held, sigma, tcfg, losses=draft_losses):
     """Top-1 agreement with the target over the FULL vocabulary on the held-out generations' response
-    targets only, per training-time-test depth (teacher-forced features, as in draft_losses)."""
+    targets only, per training-time-test depth (teacher-forced features, as in draft_losses; `losses` takes
+    draft_losses' first seven arguments)."""
     ids, feats, starts = held
     tot, n = {}, 0.0
     for x, f, s in zip(ids, feats, starts):
         w = target_weights(len(x), s, 0.0)[None].to(W.device)
         with torch.autocast(W.device.type, dtype=torch.bfloat16, enabled=tcfg.amp):
-            _, st = draft_losses(head, W, x.long()[None].to(W.device), f.float()[None].to(W.device), w, sigma, tcfg)
+            _, st = losses(head, W, x.long()[None].to(W.device), f.float()[None].to(W.device), w, sigma, tcfg)
         k = float(w[0, 1:].sum())
         for key in st:
             if key.startswith("a"):

@@ -24,19 +24,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from core.train.data import chat_ids, load_cache, load_target, response_marker, response_start
+from core.train.data import FeatureHook, chat_ids, load_cache, load_target, response_marker, response_start
 from core.train.eagle import (
-    TrainConfig, draft_losses, feature_scale, new_head, sample_batch, target_weights, token_subset, with_batch_ids,
+    TrainConfig, draft_losses, feature_scale, heldout_agreement, new_head, sample_batch, token_subset, with_batch_ids,
     with_negatives,
 )
-from core.train.loop import load_checkpoint, lr_at, progress_log, set_lr
+from core.train.loop import lr_at, progress_log, set_lr
 
 
 @torch.no_grad()
 def layer_features(model, seq, layers) -> torch.Tensor:
     """[len(seq), (1 + len(layers)) d] fp16: the last layer's output before the final norm (the feature the head
     regresses), then each of `layers`' outputs (0-based layer index)."""
-    from core.train.data import FeatureHook
     hook = FeatureHook(model)
     out = model.model(input_ids=torch.tensor([seq]), output_hidden_states=True)
     hook.h.remove()
@@ -57,7 +56,7 @@ def features(args) -> int:
     model, tok = load_target(args.target)
     model = model.to(getattr(torch, args.dtype))
     layers = [int(x) for x in args.layers.split(",")]
-    ids, _, _ = load_cache(args.cache.split(","))
+    ids, _, _ = load_cache(args.cache.split(","), mmap=True)  # the ids only: the cached features stay on disk
     rng = random.Random(args.seed)
     pick = rng.sample(range(len(ids)), min(args.seqs, len(ids)))
     marker = response_marker(tok)
@@ -143,26 +142,19 @@ def losses(head, fusion, W_S, X, Fe, w, sigma, tcfg):
     return draft_losses(head, W_S, X, f, w, sigma, tcfg, feat0)
 
 
-@torch.no_grad()
 def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
     """Top-1 agreement per depth over the full vocabulary at the answer positions of rows [(ids, feats, start)]."""
-    tot, n = {}, 0.0
-    for x, fe, s in rows:
-        w = target_weights(len(x), s, 0.0)[None]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            _, st = losses(head, fusion, W, x.long()[None], fe.float()[None], w, sigma, tcfg)
-        k = float(w[0, 1:].sum())
-        for key, v in st.items():
-            if key.startswith("a"):
-                tot[key] = tot.get(key, 0.0) + v * k
-        n += k
-    return {"h" + k[1:]: round(v / max(n, 1.0), 4) for k, v in sorted(tot.items())}
+    arm = lambda h, W_, X, Fe, w, sig, cfg: losses(h, fusion, W_, X, Fe, w, sig, cfg)
+    got = heldout_agreement(head, W, tuple(zip(*rows)), sigma, tcfg, arm)
+    return {k: round(v, 4) for k, v in got.items()}
 
 
 def param_groups(head, fusion, scale) -> list:
     """The head's trained weights at the lr, the arm's new ones (fusion, second layer) at `scale` times it."""
-    base = head.head if isinstance(head, Deeper) else head
-    new = list(fusion.parameters()) if fusion is not None else list(head.extra.parameters()) if base is not head else []
+    deep = isinstance(head, Deeper)
+    base = head.head if deep else head
+    new = list(fusion.parameters()) if fusion is not None else []
+    new += list(head.extra.parameters()) if deep else []
     groups = [{"params": [p for p in base.parameters() if p.requires_grad]}]
     return groups + ([{"params": new, "scale": scale}] if new else [])
 
