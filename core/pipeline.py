@@ -78,6 +78,21 @@ def slim_file(rank: int, own: bool) -> str:
     return f"slim_own_r{rank}.safetensors" if own else f"slim_r{rank}.safetensors"
 
 
+def read_slim(path, W) -> tuple:
+    """(W_up, W_down) of a SlimSpec factors file, in W's dtype and device: free rows are stored as W_up; tied rows
+    as K alone (0.2 MB where W_up would take 34), rebuilt over the LM head W they were trained on."""
+    from safetensors.torch import load_file
+    sd = load_file(str(path))
+    up = sd["W_up"] if "W_up" in sd else tied_up(W, sd["K"])
+    return up.to(W.device, W.dtype), sd["W_down"].to(W.device, W.dtype)
+
+
+def tied_up(W, K):
+    K = K.float().to(W.device)
+    # W_up = W K^T [V, r], rounded to fp16 as free rows are stored; 16k rows at a time (no fp32 copy of W)
+    return torch.cat([(w.float() @ K.T).half() for w in W.split(16384)])
+
+
 def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runtime="auto", draft_weights="auto") -> tuple:
     """(drafter, draft name). draft: "auto" (the shipped EAGLE head if there is one, else "self"), "self",
     "eagle", or a draft model id sharing the target's tokenizer. draft_weights: a draft model's layer weights
@@ -237,10 +252,7 @@ class Pipeline:
         path = self._slim_path(rank)
         if path is None:
             return None
-        from safetensors.torch import load_file
-        sd = load_file(str(path))
-        W = self.drafter.head_weight
-        return sd["W_up"].to(W.device, W.dtype), sd["W_down"].to(W.device, W.dtype)
+        return read_slim(path, self.drafter.head_weight)
 
     def prompt_ids(self, prompt: str, chat=True) -> list:
         if not prompt or not prompt.strip():

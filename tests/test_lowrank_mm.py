@@ -1,12 +1,13 @@
 """lowrank_mm (core/kernels/cpu/lowrank_mm.c): a low-rank head's logits over the whole vocabulary on the CPU, on the
-shipped 0.5B head's trained factors W_up [151936, 112]: every variant this CPU runs, against the fp64 product."""
+shipped SmolLM2 head's trained factors W_up [49152, 72]: every variant this CPU runs, against the fp64 product."""
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from core.kernels.cpu import cpu_layer, isa, lowrank_mm
 
-FACTORS = "assets/heads/qwen2.5-coder-0.5b-instruct/slim_own_r112.safetensors"
+FACTORS = "assets/heads/smollm2-135m-instruct/slim_r72.safetensors"
+RANK = 72
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +17,7 @@ def up() -> torch.Tensor:
     return load_file(FACTORS)["W_up"][:40_003]  # a vocabulary that is not a multiple of 16 blocks' rows
 
 
-def z_rows(n: int, r: int = 112) -> torch.Tensor:
+def z_rows(n: int, r: int = RANK) -> torch.Tensor:
     return torch.randn(n, r, generator=torch.Generator().manual_seed(n))
 
 
@@ -58,7 +59,7 @@ def test_the_isa_cap_picks_the_lowrank_variant_and_none_leaves_it_to_torch(up, m
 
 
 def test_a_rank_that_does_not_match_the_factors_is_refused(up):
-    with pytest.raises(ValueError, match="does not match W_up's rank 112"):
+    with pytest.raises(ValueError, match=f"does not match W_up's rank {RANK}"):
         lowrank_mm.PackedUp(up, isa.lowrank_variants()[0])(torch.zeros(2, 64))
 
 
@@ -79,7 +80,7 @@ def test_a_previewing_nanospec_head_finds_the_same_ids_with_lowrank_mm_as_with_t
     down = load_file(FACTORS)["W_down"].bfloat16()
     slim, W = (up.bfloat16(), down), (up.float() @ down.float()).bfloat16()
     cfg = SpecConfig(method="nanospec", w_max=64, preview=64)
-    h = torch.randn(3, 896, generator=torch.Generator().manual_seed(0)).bfloat16()
+    h = torch.randn(3, down.shape[1], generator=torch.Generator().manual_seed(0)).bfloat16()
     picked = []
     for cap in ("amx", "none"):
         monkeypatch.setenv("SPECLENS_CPU_ISA", cap)
@@ -92,7 +93,7 @@ def test_a_previewing_nanospec_head_finds_the_same_ids_with_lowrank_mm_as_with_t
 
 def test_the_preview_bench_times_every_variant_and_topk_beside_torch(up, capsys):
     from bench.suites import preview as bench_preview
-    assert bench_preview.main(["--rows", "1", "--reps", "1"]) == 0
+    assert bench_preview.main(["--model", "smollm2-135m-instruct", "--rows", "1", "--reps", "1"]) == 0
     out = capsys.readouterr().out
     assert all(f"lowrank_mm {v:<6} rows  1: here" in out for v in isa.lowrank_variants())
-    assert "top-16 of 3 x 151936: cpu_layer.topk" in out
+    assert "top-16 of 3 x 49152: cpu_layer.topk" in out

@@ -268,6 +268,19 @@ def test_slim_tied_rows_train_and_stay_rows_of_w():
     assert torch.allclose(W @ coef, up, atol=1e-4)
 
 
+def test_tied_factors_are_stored_as_k_and_read_back_as_w_k_transposed(tmp_path):
+    from safetensors import safe_open
+    from core.pipeline import read_slim
+    from core.train.slim import save_factors
+    W, _ = slim_setting()
+    K, down = torch.randn(4, W.shape[1]), torch.randn(4, W.shape[1])
+    save_factors(tmp_path / "f.safetensors", None, down, K)
+    up, d = read_slim(tmp_path / "f.safetensors", W)
+    assert set(safe_open(str(tmp_path / "f.safetensors"), "pt").keys()) == {"K", "W_down"}
+    torch.testing.assert_close(up, (W @ K.T).half().float())
+    torch.testing.assert_close(d, down.half().float())
+
+
 def test_slim_unknown_rows_is_a_clear_error():
     W, h = slim_setting()
     with pytest.raises(SpecError, match="--rows"):

@@ -1,9 +1,9 @@
 """python -m bench preview: the parts of NanoSpec's preview and stream upkeep that scan the whole
-vocabulary, on the shipped 0.5B factors (W_up [151936, 112]): lowrank_mm per variant and row count, each call after a
-64 MB sweep of the caches (as in the engine, where the target's pass evicts W_up), and cpu_layer.topk beside
-torch.topk. Mean ms of --reps calls; the CPU features and threads come with the figures. --against REV: lowrank_mm of
-that git revision's kernels beside this checkout's, alternating call by call in this process, after a check that both
-give the same floats."""
+vocabulary, on a model's shipped own factors (--model; the 0.5B's W_up [151936, 112] by default): lowrank_mm per
+variant and row count, each call after a 64 MB sweep of the caches (as in the engine, where the target's pass evicts
+W_up), and cpu_layer.topk beside torch.topk. Mean ms of --reps calls; the CPU features and threads come with the
+figures. --against REV: lowrank_mm of that git revision's kernels beside this checkout's, alternating call by call in
+this process, after a check that both give the same floats."""
 import argparse
 from functools import partial
 
@@ -15,8 +15,20 @@ from bench.suites.q8_revs import build_rev
 from core.cost.store import machine
 from core.errors import SpecError
 from core.kernels.cpu import cpu_layer, isa, lowrank_mm
+from core.models import load_model
+from core.pipeline import head_dir, read_slim
 
-FACTORS = "assets/heads/qwen2.5-coder-0.5b-instruct/slim_own_r112.safetensors"
+
+def shipped_up(model_id: str) -> torch.Tensor:
+    """bf16 W_up of the model's shipped slim_own factors (tied rows rebuilt over its LM head)."""
+    path = next(iter(sorted(head_dir(model_id).glob("slim_own_r*.safetensors"))), None)
+    if path is None:
+        raise SpecError(f"no slim_own factors shipped for {model_id} in {head_dir(model_id)}")
+    sd = load_file(str(path))
+    if "W_up" in sd:
+        return sd["W_up"].bfloat16()
+    model, _ = load_model(model_id, device="cpu", dtype=torch.bfloat16)
+    return read_slim(path, model.get_output_embeddings().weight.detach())[0]
 
 
 def mean_ms(f, reps: int) -> float:
@@ -59,6 +71,7 @@ def topk_rows(V: int, ks: list, rows: int, reps: int) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench preview")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="whose shipped slim_own factors")
     p.add_argument("--rows", type=int, nargs="+", default=[1, 3, 8])
     p.add_argument("--reps", type=int, default=40)
     p.add_argument("--threads", type=int, default=2)
@@ -70,7 +83,7 @@ def main(argv=None) -> int:
     if cpu_layer.lib() is None or not isa.lowrank_variants():
         print(f"the C kernels do not run here: {cpu_layer.why_not() or 'no AVX2 + FMA'}")
         return 1
-    up = load_file(FACTORS)["W_up"].bfloat16()
+    up = shipped_up(args.model)
     libs = {"here": cpu_layer.lib()} | ({args.against: build_rev(args.against)} if args.against else {})
     lowrank_rows(up, args.rows, args.reps, libs)
     topk_rows(up.shape[0], [16, 64], 3, args.reps)

@@ -115,7 +115,7 @@ def shipped_factors(ck, r: int):
     if not path or not path.is_file():
         return None
     sd = load_file(str(path))
-    return sd["W_up"], sd["W_down"]
+    return (sd["W_up"], sd["W_down"]) if "W_up" in sd else None  # tied rows (K) do not start free ones
 
 
 def with_head(pipe, path: Path, slim=None):

@@ -11,8 +11,8 @@ OUT/slim_progress.log, held-out KL / top-1 agreement / top-512 recall every --ev
 --rows tied trains W_up = W K^T instead of free rows (K [r, d]): every row, rare tokens' too, then follows its own row
 of W, so the full head's argmax stays in the low-rank top-M on text unlike the training data (what rescoring needs);
 it starts from the data-aware SVD (whitened_svd), not the plain one.
-Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; slim_own_r{r} for --head MODEL) and appends a line to
-OUT/training_card.md.
+Writes OUT/slim_r{r}.safetensors (fp16 W_up, W_down; tied rows: fp32 K, fp16 W_down; slim_own_r{r} for --head
+MODEL) and appends a line to OUT/training_card.md.
 """
 import json
 import os
@@ -305,9 +305,11 @@ def load_inputs(a):
     return W, head_inputs(head, ids, feats, a.tokens, a.seed)
 
 
-def save_factors(path, up, down):
+def save_factors(path, up, down, K=None):
+    """fp16 W_up and W_down; tied rows (K given) as fp32 K and fp16 W_down (core.pipeline.read_slim rebuilds W_up)."""
     from safetensors.torch import save_file
-    t = {"W_up": up.half().contiguous(), "W_down": down.half().contiguous()}
+    first = {"K": K.float().contiguous()} if K is not None else {"W_up": up.half().contiguous()}
+    t = {**first, "W_down": down.half().contiguous()}
     write_atomic(path, lambda tmp: save_file(t, tmp))
 
 
@@ -340,8 +342,9 @@ def main(argv=None):
                                             os.path.join(out, "slim_ckpt.pt"), a.ckpt_every, a.eval_every,
                                             settings=settings, rows=a.rows)
     name = slim_file(r, own=not is_eagle_dir(a.head))
-    save_factors(os.path.join(out, name), up, down)
-    secs = load_checkpoint(os.path.join(out, "slim_ckpt.pt"))["state"]["elapsed"]
+    ck = load_checkpoint(os.path.join(out, "slim_ckpt.pt"))
+    save_factors(os.path.join(out, name), up, down, ck["up"] if a.rows == "tied" else None)  # ck["up"]: K, tied
+    secs = ck["state"]["elapsed"]
     line = card_line(a, name, W, r, len(h), before, after, secs)
     with open(os.path.join(out, "training_card.md"), "a") as f:
         f.write(line + "\n")
