@@ -187,6 +187,22 @@ def test_training_follows_the_shards_a_harvest_writes_beside_it(tmp_path):
     assert te.follow_cache(td.cache_dirs(tcfg), ids, feats, starts, loaded, [], lambda m: None) == 0
 
 
+def test_a_held_out_harvest_is_scored_beside_the_held_out_set_and_never_trained_on(tmp_path):
+    model, tok, tcfg = eagle_run(tmp_path / "a", held_cache=str(tmp_path / "m"))
+    (tmp_path / "m" / "cache").mkdir(parents=True)
+    td.save_rows(tmp_path / "m" / "cache" / "shard_00000.pt", [(torch.arange(3, 12, dtype=torch.int32), torch.randn(9, 64))])
+    te.train(model, tok, tcfg)
+    log = (tmp_path / "a" / "progress.log").read_text()
+    assert "train: 6 seqs" in log and " m1=" in log and " m2=" in log
+    assert "m: the answers cached in" in (tmp_path / "a" / "training_card.md").read_text()
+
+
+def test_a_held_out_harvest_that_is_also_trained_on_is_refused(tmp_path):
+    model, tok, tcfg = eagle_run(tmp_path / "a", held_cache=str(tmp_path / "a"))
+    with pytest.raises(SpecError, match="trained on too"):
+        te.train(model, tok, tcfg)
+
+
 def test_the_card_names_where_each_cache_came_from(tmp_path):
     import json
     (tmp_path / "h" / "cache").mkdir(parents=True)

@@ -97,8 +97,9 @@ def write_card(tcfg, card, acc, path=None):
              + (f"{tcfg.threads} CPU thread(s) (shared machine)" if tcfg.device == "cpu" else tcfg.device),
              "- final running losses: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(card["final"].items()))
              + "  (f = feature loss, t = token loss, a = top-1 agreement with the target, per depth)",
-             f"- held-out response agreement (full vocabulary, {tcfg.holdout} self-distilled eval-split prompts, "
-             "teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
+             f"- held-out response agreement (full vocabulary, {tcfg.holdout} self-distilled eval-split prompts"
+             + (f"; m: the answers cached in {tcfg.held_cache}" if tcfg.held_cache else "") +
+             ", teacher-forced, per depth): " + ", ".join(f"{k}: {card.get('held0', {}).get(k, float('nan')):.3f} -> {v:.3f}"
                                                        for k, v in card.get("held", {}).items()), "",
              f"## Acceptance (the engine: Pipeline.run, method full, greedy, context drafting off, full-vocabulary "
              f"head W, fp32 target on the eager runner; {card.get('eval_n', 0)} prompts of {card.get('eval_src', '')} x "

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from core.decoding.eagle import EagleConfig, EagleHead, float_mask, init_from_target
 from core.decoding.eagle_io import save_head
+from core.errors import SpecError
 from core.train.card import CARD_MAX_NEW, card_pipeline, engine_tau, eval_prompts, tau_row, write_card
 from core.train.data import (
     build_cache,
@@ -87,6 +88,7 @@ class TrainConfig:
     tau_only: bool = False        # only measure the card's tau of the head in --init (a dir) with the engine
     extra_cache: str = ""         # more harvest dirs (comma list) whose cache/ shards are trained on too
     follow: float = 0.0           # minutes between looks for new cache shards (a harvest writing them beside; 0: never)
+    held_cache: str = ""          # harvest dirs (comma list) whose cache/ shards are held out: agreement m1.. beside h1..
 
 
 def feature_scale(feats, n=200):
@@ -232,10 +234,10 @@ def new_head(model, tcfg):
 
 
 @torch.no_grad()
-def heldout_agreement(head, W, held, sigma, tcfg, losses=draft_losses):
+def heldout_agreement(head, W, held, sigma, tcfg, losses=draft_losses, prefix="h"):
     """Top-1 agreement with the target over the FULL vocabulary on the held-out generations' response
-    targets only, per training-time-test depth (teacher-forced features, as in draft_losses; `losses` takes
-    draft_losses' first seven arguments)."""
+    targets only, per training-time-test depth, keyed prefix + depth (teacher-forced features, as in draft_losses;
+    `losses` takes draft_losses' first seven arguments)."""
     ids, feats, starts = held
     tot, n = {}, 0.0
     for x, f, s in zip(ids, feats, starts):
@@ -247,7 +249,26 @@ def heldout_agreement(head, W, held, sigma, tcfg, losses=draft_losses):
             if key.startswith("a"):
                 tot[key] = tot.get(key, 0.0) + st[key] * k
         n += k
-    return {"h" + k[1:]: v / max(n, 1.0) for k, v in sorted(tot.items())}
+    return {prefix + k[1:]: v / max(n, 1.0) for k, v in sorted(tot.items())}
+
+
+def held_sets(tcfg, marker) -> dict:
+    """{"h": DIR/heldout.pt's (ids, feats, response starts), "m": --held-cache's shards'}, those there are."""
+    sets = {"h": load_heldout(tcfg, marker)}
+    if tcfg.held_cache:
+        dirs = [d for d in tcfg.held_cache.split(",") if d]
+        shared = {os.path.realpath(os.path.join(d, "cache")) for d in dirs} & \
+            {os.path.realpath(os.path.join(d, "cache")) for d in cache_dirs(tcfg)}
+        if shared:
+            raise SpecError(f"--held-cache {tcfg.held_cache}: {', '.join(sorted(shared))} is trained on too")
+        ids, feats, _ = load_cache(dirs)
+        sets["m"] = (ids, feats, [response_start(x, marker) for x in ids]) if ids else None
+    return {k: v for k, v in sets.items() if v}
+
+
+def held_agreement(head, W, sets, sigma, tcfg) -> dict:
+    return {k: v for name, held in sets.items() for k, v in heldout_agreement(head, W, held, sigma, tcfg,
+                                                                              prefix=name).items()}
 
 
 def agreement_text(d) -> str:
@@ -298,7 +319,7 @@ def train(model, tok, tcfg):
     marker = response_marker(tok)
     starts = [response_start(x, marker) for x in ids]
     t_follow = time.time()
-    held = load_heldout(tcfg, marker)
+    held = held_sets(tcfg, marker)
     head = new_head(model, tcfg)
     W = model.get_output_embeddings().weight.detach()
     sub = token_subset(ids, W.shape[0], tcfg.vocab_subset - tcfg.negatives if tcfg.vocab_subset else 0)
@@ -314,7 +335,7 @@ def train(model, tok, tcfg):
         log(f"resumed at step {step}")
     resp = sum(len(x) - s for x, s in zip(ids, starts))
     log(f"train: {len(ids)} seqs, {ntok} tokens ({resp} response), subset {len(sub)}, sigma {sigma:.2f}, steps {tcfg.steps}")
-    check = lambda: heldout_agreement(head, W, held, sigma, tcfg) if held else {}
+    check = lambda: held_agreement(head, W, held, sigma, tcfg)
     held0 = check()
     held_first = st["held0"] or held0
     if held0:
@@ -364,7 +385,6 @@ def train(model, tok, tcfg):
 def tau_only(tcfg) -> int:
     """Print the card's acceptance table (engine_tau) of the saved head in tcfg.init."""
     from core.decoding.eagle_io import load_head
-    from core.errors import SpecError
     if not os.path.isfile(os.path.join(tcfg.init, "eagle.safetensors")):
         raise SpecError(f"--tau-only needs --init DIR holding eagle.safetensors, got {tcfg.init!r}")
     model, tok = load_target(tcfg.target, tcfg.device)
