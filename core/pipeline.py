@@ -80,7 +80,7 @@ def slim_file(rank: int, own: bool) -> str:
 
 def read_slim(path, W) -> tuple:
     """(W_up, W_down) of a SlimSpec factors file, in W's dtype and device: free rows are stored as W_up; tied rows
-    as K alone (0.2 MB where W_up would take 34), rebuilt over the LM head W they were trained on."""
+    as K [r, d] alone (the 0.5B's: 0.4 MB where its W_up takes 34), rebuilt over the LM head W they were trained on."""
     from safetensors.torch import load_file
     sd = load_file(str(path))
     up = sd["W_up"] if "W_up" in sd else tied_up(W, sd["K"])
