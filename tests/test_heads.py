@@ -24,7 +24,7 @@ def test_frspec_head_scores_its_static_rows():
 
 def test_nanospec_head_scores_exactly_the_active_vocabulary():
     head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=50))
-    head.on_prefill(torch.tensor([5, 6, 7]), torch.randn(3, V))
+    head.on_prefill(torch.tensor([5, 6, 7]), head.top_pre(torch.randn(3, V)))
     ids = head.active_ids()
     torch.testing.assert_close(head.logits(H), H @ W[ids].T)
 
@@ -32,7 +32,7 @@ def test_nanospec_head_scores_exactly_the_active_vocabulary():
 def test_nanoslim_equals_slimspec_restricted_to_the_active_vocabulary():
     cfg = SpecConfig(method="nanoslim", w_max=40, rank=8)
     nano, slim = build_head("nanoslim", W, cfg), build_head("slimspec", W, cfg)
-    nano.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    nano.on_prefill(torch.tensor([1, 2, 3, 4]), nano.top_pre(torch.randn(4, V)))
     torch.testing.assert_close(nano.logits(H), slim.logits(H)[:, nano.active_ids()])
 
 
@@ -44,7 +44,7 @@ def test_full_head_has_no_restriction():
 
 def test_disabled_sources_never_enter_the_stream():
     head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=50, sources="draft,verify"))
-    ev = head.on_prefill(torch.tensor([5, 6, 7]), torch.randn(3, V))
+    ev = head.on_prefill(torch.tensor([5, 6, 7]), head.top_pre(torch.randn(3, V)))
     assert ev.entered == [] and head.n_active() == 0
     ev = head.on_verify([9], torch.randn(2, V))
     assert {src for _, src in ev.entered} <= {"draft", "verify"} and 9 in head.active_ids().tolist()
@@ -61,7 +61,7 @@ def test_rescoring_slimspec_scores_the_union_of_each_rows_preview_top_m_with_the
 
 def test_rescoring_nanoslim_keeps_its_candidates_inside_the_active_vocabulary():
     head = build_head("nanoslim", W, SpecConfig(method="nanoslim", w_max=40, rank=4, rescore=5))
-    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), head.top_pre(torch.randn(4, V)))
     logits, ids = head.score(H)
     assert set(ids.tolist()) <= set(head.active_ids().tolist())
     torch.testing.assert_close(logits, H @ W[ids].T)
@@ -82,7 +82,7 @@ def test_heads_without_rescoring_score_their_own_logits():
 
 def test_previewing_nanospec_scores_the_active_vocabulary_and_each_rows_low_rank_top_m():
     head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=40, rank=4, preview=6))
-    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), head.top_pre(torch.randn(4, V)))
     logits, ids = head.score(H)
     up, down = svd_factors(W, 4)
     preview = ((H @ down.T) @ up.T).topk(6, dim=-1).indices
@@ -93,12 +93,12 @@ def test_previewing_nanospec_scores_the_active_vocabulary_and_each_rows_low_rank
 
 def test_previewing_the_whole_vocabulary_gives_the_full_heads_argmax():
     head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=8, rank=2, preview=V))
-    head.on_prefill(torch.tensor([1, 2]), torch.randn(2, V))
+    head.on_prefill(torch.tensor([1, 2]), head.top_pre(torch.randn(2, V)))
     logits, ids = head.score(H)
     assert torch.equal(ids[logits.argmax(-1)], (H @ W.T).argmax(-1))
 
 
 def test_rescoring_applies_only_to_low_rank_heads():
     head = build_head("nanospec", W, SpecConfig(method="nanospec", w_max=40, rank=4, rescore=5, preview=6))
-    head.on_prefill(torch.tensor([1, 2, 3, 4]), torch.randn(4, V))
+    head.on_prefill(torch.tensor([1, 2, 3, 4]), head.top_pre(torch.randn(4, V)))
     assert set(head.active_ids().tolist()) <= set(head.score(H)[1].tolist())

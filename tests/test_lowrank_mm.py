@@ -85,7 +85,7 @@ def test_a_previewing_nanospec_head_finds_the_same_ids_with_lowrank_mm_as_with_t
     for cap in ("amx", "none"):
         monkeypatch.setenv("SPECLENS_CPU_ISA", cap)
         head = build_head("nanospec", W, cfg, slim=slim)
-        head.on_prefill(torch.arange(10), torch.zeros(10, W.shape[0]))
+        head.on_prefill(torch.arange(10), head.top_pre(torch.zeros(10, W.shape[0])))
         assert (head.over_v is None) == (cap == "none")
         picked.append(head.score(h)[1])
     assert torch.equal(picked[0], picked[1])

@@ -22,6 +22,7 @@ from core.cost import model as cost
 from core.cost.choose import best_choice, chosen_arithmetic, pipeline_math, record_arithmetic, recorded_arithmetics
 from core.cost.predict import shape_of, verdict
 from core.cost.probe import draft_pass, ms, ms_rounds, prefilled, verify_pass
+from core.decoding.engine import prefill_top
 from core.cost.store import CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, calibration_key, costs_path, load_json
 from core.errors import SpecError
 from core.paths import write_atomic
@@ -58,7 +59,7 @@ def draft_curves(pipe, n_ctx: int, width: int, reps: int, ids: list, methods) ->
     heads = {}
     for m in methods:
         head = pipe.build_head(config_for(pipe, m))
-        head.on_prefill(prompt, logits)
+        head.on_prefill(prompt, head.top_pre(logits))
         h = state.head_in[-1:]
         heads[m] = [ms(lambda head=head, h=h, w=w: head.score(h.expand(w, -1).contiguous()), reps) for w in range(1, width + 1)]
     return backbone, heads
@@ -143,6 +144,7 @@ def prefill_curves(pipe, reps: int, ids: list) -> dict:
     drafter's prefill of it: the parts of a whole run that plain decoding and speculation pay once (the last two:
     speculation alone)."""
     target, rows, draft = [], [], []
+    head = pipe.build_head(config_for(pipe, "nanospec"))  # its top_pre: S⁽⁰⁾'s ids, as the engine's prefill reads them
     for n in PREFILL_AT:
         prompt, logits, feats = prefilled(pipe, n, ids)
 
@@ -154,7 +156,7 @@ def prefill_curves(pipe, reps: int, ids: list) -> dict:
             return h
         target.append(ms(target_pass, reps))
         h = target_pass()
-        rows.append(ms(lambda h=h: pipe.target.logits(h[:-1]), reps))
+        rows.append(ms(lambda h=h: prefill_top(pipe.target, head, h[:-1]), reps))
         root = int(logits[-1].argmax())
         draft.append(ms(lambda prompt=prompt, root=root, feats=feats: pipe.drafter.prefill(prompt, root, feats), reps))
     return {"rows": list(PREFILL_AT), "target": target, "rows_logits": rows, "draft": draft}

@@ -122,7 +122,7 @@ def prefill(d: Decoder, drafter: Drafter | None, prompt_ids, switch_prior=None) 
     """The prompt's pass: the target's cache and its first token (the root), the head's stream, and the drafters
     (d.ctx, d.feed) where the method drafts. Returns (the prefill record, the root, the root's position)."""
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long).view(-1)
-    last, rows, feats = _prompt_pass(d, prompt)
+    last, pre, feats = _prompt_pass(d, prompt)
     best, top = d.target.top2(last)
     root = _pick(last[0], best[0], d.cfg, d.gen)
     rec = StepRecord(step=0, kind="prefill", emitted=[root], emitted_draft_p=[None], emitted_in_vocab=[True],
@@ -130,7 +130,8 @@ def prefill(d: Decoder, drafter: Drafter | None, prompt_ids, switch_prior=None) 
     if d.spec:
         d.ctx = _context_drafter(d.cfg, drafter, prompt.tolist() + [root], switch_prior)
     if d.head is not None:
-        ev = d.head.on_prefill(prompt, last if rows is None else torch.cat([rows, last]), d.timer)  # bookkeeping: "other"
+        pre = d.head.top_pre(last) if pre is None else torch.cat([pre, d.head.top_pre(last)])
+        ev = d.head.on_prefill(prompt, pre, d.timer)  # bookkeeping: "other"
         _fill_stream(rec, ev, d.head)
     if drafter is not None and d.spec:
         with d.timer("draft_backbone"):
@@ -140,15 +141,25 @@ def prefill(d: Decoder, drafter: Drafter | None, prompt_ids, switch_prior=None) 
 
 def _prompt_pass(d: Decoder, prompt):
     """The target over the prompt [n], committed: (the root's logits [1, V], one row alone whatever the method; the
-    other rows' logits [n - 1, V] where the head reads them (NanoSpec's top-K_pre), else None; features [n, d])."""
+    top-K_pre ids of the other rows' logits [(n - 1) * K_pre] where the head reads them, else None; features [n, d])."""
     with d.timer("verify"):
         d.target.reset()
         hidden, feats = d.target.forward(prompt, torch.arange(prompt.numel()), None)
         d.target.commit(torch.arange(prompt.numel()))
         last = d.target.logits(hidden[-1:])
-        rows = d.target.logits(hidden[:-1]) if d.head is not None and d.head.needs_prefill_logits and len(prompt) > 1 \
-            else None
-    return last, rows, feats
+        top = prefill_top(d.target, d.head, hidden[:-1]) if d.head is not None and d.head.needs_prefill_logits \
+            and len(prompt) > 1 else None
+    return last, top, feats
+
+
+PRE_ROWS = 16  # prompt rows per logits product for S⁽⁰⁾: a whole [n, V] costs its page faults and a copy, ~40% of
+               # the product itself at n = 100 on a 152k vocabulary (Zen 4, 2026-12-07)
+
+
+def prefill_top(target, head, hidden) -> torch.Tensor:
+    """head.top_pre of the target's logits over prompt rows hidden [n, d] -> [n * K_pre] ids, PRE_ROWS rows a product:
+    the [n, V] logits are never whole."""
+    return torch.cat([head.top_pre(target.logits(h)) for h in hidden.split(PRE_ROWS)])
 
 
 def _context_drafter(cfg, drafter, history, prior=None):

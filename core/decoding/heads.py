@@ -113,11 +113,15 @@ class DraftHead:
         top = _topk(low, min(m, up.shape[0])).unique().cpu()  # U: union of the rows' top-m, [n, d] @ [d, r] @ [r, V]
         return top[self.stream.slot_of[top] < 0]
 
-    def on_prefill(self, prompt_ids, prefill_logits, timer=None) -> StreamEvent | None:
-        """S⁽⁰⁾ = prompt ⊕ top-K_pre of the prefill logits at every prompt position."""
+    def top_pre(self, logits) -> torch.Tensor:
+        """top-K_pre ids of each row of prompt logits [n, V] -> [n * K_pre], row by row, best first."""
+        return _topk_ids(logits, self.k_pre)
+
+    def on_prefill(self, prompt_ids, prefill_top, timer=None) -> StreamEvent | None:
+        """S⁽⁰⁾ = prompt ⊕ prefill_top, the top-K_pre ids of every prompt position's logits in order (top_pre)."""
         if self.stream is None:
             return None
-        top = _topk_ids(prefill_logits, self.k_pre)
+        top = torch.as_tensor(prefill_top, dtype=torch.long).view(-1)
         return self._apply(self.stream.append(self._chunks([(prompt_ids, "prompt"), (top, "prefill")])), timer)
 
     def on_verify(self, tree_ids, verify_logits, timer=None) -> StreamEvent | None:

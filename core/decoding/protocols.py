@@ -106,8 +106,12 @@ class Head(Protocol):
         """h [n, d] -> (fp32 logits [n, k], their full-vocabulary ids [k] or None = all of V): what the draft picks
         from; logits() over active_ids(), or a rescoring head's exact logits over its preview's top ids."""
 
-    def on_prefill(self, prompt_ids: torch.Tensor, prefill_logits: torch.Tensor, timer=None) -> StreamEvent | None:
-        """After the prefill (logits [n, V]): NanoSpec's S⁽⁰⁾; None for heads without a stream."""
+    def top_pre(self, logits: torch.Tensor) -> torch.Tensor:
+        """The ids S⁽⁰⁾ takes from prompt logits [n, V]: each row's top-K_pre, [n * K_pre] (empty: K_pre = 0)."""
+
+    def on_prefill(self, prompt_ids: torch.Tensor, prefill_top: torch.Tensor, timer=None) -> StreamEvent | None:
+        """After the prefill (top_pre of every prompt row's logits, in order): NanoSpec's S⁽⁰⁾; None for heads
+        without a stream."""
 
     def on_verify(self, tree_ids: list, verify_logits: torch.Tensor, timer=None) -> StreamEvent | None:
         """After a verify (logits [1 + k, V]): S ← S ⊕ C_draft ⊕ C_ver; None for heads without a stream."""
