@@ -112,6 +112,21 @@ def test_trainer_loss_falls():
     assert st["f1"] < 0.7 * first["f1"] and st["a1"] >= first["a1"]
 
 
+def test_hard_label_term_adds_the_draft_ce_at_the_target_argmax():
+    model, head = tiny()
+    X = torch.randint(3, 512, (2, 16), generator=torch.Generator().manual_seed(1))
+    Fe = target_features(model, X)
+    valid = torch.ones_like(X, dtype=torch.bool)
+    W, sigma = model.lm_head.weight.detach(), float(Fe.pow(2).mean().sqrt())
+    soft, _ = te.draft_losses(head, W, X, Fe, valid, sigma, te.TrainConfig(depth=1))
+    both, _ = te.draft_losses(head, W, X, Fe, valid, sigma, te.TrainConfig(depth=1, hard_w=0.5))
+    out, _ = head(head.target_in(Fe)[:, :-1], X[:, 1:], torch.arange(1, 16).expand(2, 15))
+    logq = torch.log_softmax(head.head_in(out) @ W.T, -1)
+    best = (head.head_in(head.target_in(Fe)[:, 1:]) @ W.T).argmax(-1, keepdim=True)
+    hard = -logq.gather(-1, best).mean()
+    assert torch.allclose(both - soft, 0.5 * hard, rtol=1e-4, atol=1e-5)
+
+
 def test_prompt_targets_weighted_by_response_start():
     marker = [1, 2, 3]
     x = torch.tensor([5, 1, 2, 3, 9, 1, 2, 3, 7, 8])

@@ -5,8 +5,9 @@ Data (core/train/data.py): target features by teacher forcing on corpus prompt+r
 free from the generation passes). Both are cached on disk as fp16 shards in DIR/cache (resumable).
 Loss per draft depth s (EAGLE-3 training-time test: depth s >= 2 feeds the head its own predicted feature):
   feat_w * SmoothL1(f^/sigma, f/sigma)   (one global scale sigma: scale-robust, keeps f^ on f's scale)
-  + tok_w * CE(p_target || q_draft)        over a token subset S (the most frequent ids of the cached data, random
+  + tok_w * (CE(p_target || q_draft)       over a token subset S (the most frequent ids of the cached data, random
                                            other ids redrawn each step and the batch's own token ids)
+             + hard_w * CE(argmax p_target, q_draft))   (the argmax alone: what a greedy verify accepts)
 Checkpoints DIR/ckpt.pt every --ckpt-min minutes (and every --ckpt-every steps); rerunning the same command
 resumes. The training card's tau (core/train/card.py) comes from the engine (Pipeline.run, method full) drafting with the new head.
 """
@@ -66,6 +67,7 @@ class TrainConfig:
     depth: int = 2                # training-time test depth
     feat_w: float = 1.0
     tok_w: float = 1.0
+    hard_w: float = 0.0           # + CE(q_draft, argmax p_target): the greedy verify accepts the argmax alone
     vocab_subset: int = 8192      # token loss over the most frequent ids + random negatives (0 = full vocabulary)
     negatives: int = 1024         # of vocab_subset: fresh random other ids each step, so the rest of W stays low
     final_norm: bool = True
@@ -187,6 +189,8 @@ def draft_losses(head, W_S, X, Fe, valid, sigma, tcfg, feat0=None):
         with torch.no_grad():
             p = F.softmax(head.head_in(tgt) @ W_S.T, -1)
         lt = (-(p * logq).sum(-1) * m).sum() / n
+        if tcfg.hard_w:
+            lt = lt + tcfg.hard_w * (-logq.gather(-1, p.argmax(-1, keepdim=True))[..., 0] * m).sum() / n
         w = 0.8 ** (s - 1)
         loss = loss + w * (tcfg.feat_w * lf + tcfg.tok_w * lt)
         with torch.no_grad():

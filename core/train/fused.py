@@ -149,6 +149,15 @@ def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
     return {k: round(v, 4) for k, v in got.items()}
 
 
+def held_harvest(dirs: str, marker) -> dict:
+    """{"harvest": [(ids, feats, response start)]} of held-out harvest dirs (their last-layer features: the arms
+    without fusion), {} for none."""
+    if not dirs:
+        return {}
+    ids, feats, _ = load_cache([d for d in dirs.split(",") if d])
+    return {"harvest": [(x, f, response_start(x, marker)) for x, f in zip(ids, feats)]}
+
+
 def param_groups(head, fusion, scale) -> list:
     """The head's trained weights at the lr, the arm's new ones (fusion, second layer) at `scale` times it."""
     deep = isinstance(head, Deeper)
@@ -164,7 +173,7 @@ def train(args) -> int:
     torch.manual_seed(args.seed)
     data = torch.load(os.path.join(args.out, "feats.pt"), mmap=True)  # the arms share the pages
     tcfg = TrainConfig(target=args.target, batch=args.batch, seq_len=args.seq_len, lr=args.lr, depth=3,
-                       prompt_w=0.1, steps=args.steps, init=args.init)
+                       prompt_w=0.1, steps=args.steps, init=args.init, hard_w=args.hard_w)
     model, tok = load_target(args.target)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -182,8 +191,9 @@ def train(args) -> int:
     groups = param_groups(head, fusion, args.new_lr_scale)
     opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng, neg = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
-    log = progress_log(os.path.join(args.out, f"{args.arm}.log"))
-    check = lambda: {k: agreement(head, fusion, W, v, sigma, tcfg) for k, v in data["heldout"].items()}
+    log = progress_log(os.path.join(args.out, f"{args.arm}{args.tag}.log"))
+    held = dict(data["heldout"]) | held_harvest(args.held_cache, marker)
+    check = lambda: {k: agreement(head, fusion, W, v, sigma, tcfg) for k, v in held.items()}
     log(f"{args.arm}: layers {data['layers']}, {len(ids)} seqs, {sum(len(x) for x in ids)} tokens; step 0 {check()}")
     t0 = time.time()
     for step in range(args.steps):
@@ -199,7 +209,7 @@ def train(args) -> int:
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             log(f"step {step + 1} a1={st['a1']:.3f} {time.time() - t0:.0f} s: {check()}")
     torch.save({"head": head.state_dict(), "fusion": fusion and fusion.state_dict(), "arm": args.arm},
-               os.path.join(args.out, f"{args.arm}.pt"))
+               os.path.join(args.out, f"{args.arm}{args.tag}.pt"))
     return 0
 
 
@@ -227,6 +237,9 @@ def main(argv=None) -> int:
     p.add_argument("--new-lr-scale", type=float, default=3.0, help="lr scale of the new weights (fusion, layer)")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hard-w", type=float, default=0.0, help="weight of the hard-label term (train-eagle --hard-w)")
+    p.add_argument("--held-cache", default="", help="held-out harvest dirs (comma list) scored beside feats.pt's sets")
+    p.add_argument("--tag", default="", help="appended to the arm's file names (DIR/<arm><tag>.log, .pt)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
