@@ -37,6 +37,18 @@ def commit() -> str:
         return ""
 
 
+NAMES = {"smollm2-135m-instruct": "SmolLM2-135M", "qwen2.5-coder-0.5b-instruct": "Qwen2.5-Coder-0.5B",
+         "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder-1.5B", "gemma-3-270m": "Gemma-3-270m"}
+
+
+def model_label(model: str, draft: str | None) -> str:
+    """The table's name of a target and its draft: "SmolLM2-135M + EAGLE", "Qwen2.5-Coder-1.5B ← 0.5B"."""
+    name = NAMES.get(model, model)
+    if draft == "eagle":
+        return f"{name} + EAGLE"
+    return f"{name} ← {NAMES[draft].rsplit('-', 1)[-1]}" if draft in NAMES else name
+
+
 def append_row(kind: str, model: str, figures: dict, command: str, argv=None, threads: int | None = None,
                draft: str | None = None, path=RESULTS, **extra) -> dict:
     """Append one measurement, on this machine now, to the results file; returns the row."""
@@ -46,7 +58,7 @@ def append_row(kind: str, model: str, figures: dict, command: str, argv=None, th
     cap = f" (SPECLENS_CPU_ISA={cpu['isa_cap']})" if cpu["isa_cap"] else ""
     row = {"date": datetime.date.today().isoformat(), "commit": commit(), **cpu,
            "cpu_label": f"{cpu['cpu_model'] or 'CPU'}, {CLASS_LABELS[cpu['cpu_class']]}{cap}",
-           "threads": threads, "model": model, "draft": draft, "kind": kind,
+           "threads": threads, "model": model, "model_label": model_label(model, draft), "draft": draft, "kind": kind,
            "command": command + (" " + shlex.join(argv) if argv else ""), "figures": figures, **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
@@ -97,7 +109,8 @@ def table(rows: list) -> str:
         specs = {}
         for r in newest([r for r in g if r["kind"] == "speculation"]):
             specs[(r["figures"]["best_spec_label"], r["figures"].get("phase", "whole"))] = r
-        label = next((r["model_label"] for r in g if r.get("model_label")), g[0]["model"])
+        label = next((r["model_label"] for r in sorted(g, key=lambda r: r["kind"] != "speculation")
+                      if r.get("model_label")), g[0]["model"])
         dates = list(dict.fromkeys(r["date"] for r in [*([plain] if plain else []), *specs.values()]))
         lines.append(f"| {label} | {(plain or g[0])['cpu_label']} | {plain_cell(plain)} | "
                      f"{spec_cell(list(specs.values()), plain)} | {'; '.join(dates)} |")

@@ -54,3 +54,14 @@ def test_a_recorded_row_lands_in_the_table_and_among_the_rows_of_cpus_like_this_
     assert row in like_this_cpu(path) and all(r["cpu_class"] == row["cpu_class"] for r in like_this_cpu(path))
     readme = f"intro\n{results.START}\nold\n{results.END}\nrest\n"
     assert results.rendered(readme, rows) == f"intro\n{results.START}\n{results.table(rows)}\n{results.END}\nrest\n"
+
+
+def test_a_recorded_row_is_named_by_its_target_and_draft(tmp_path):
+    path = tmp_path / "results.jsonl"
+    spec = results.append_row("speculation", "qwen2.5-coder-0.5b-instruct", {"best_spec_x": 1.1, "best_spec_label":
+                              "nanospec"}, "python -m bench pair", threads=2, draft="eagle", path=path)
+    plain = results.append_row("plain", "qwen2.5-coder-0.5b-instruct", {"ours_tok_s": 3.0, "llamacpp_tok_s": 2.0},
+                               "python -m bench llamacpp bench", threads=2, path=path)
+    assert spec["model_label"] == "Qwen2.5-Coder-0.5B + EAGLE" and plain["model_label"] == "Qwen2.5-Coder-0.5B"
+    assert "| Qwen2.5-Coder-0.5B + EAGLE | " in results.table(read_rows(path))  # the speculation row names the group
+    assert results.model_label("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct") == "Qwen2.5-Coder-1.5B ← 0.5B"
