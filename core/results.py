@@ -33,8 +33,16 @@ def this_cpu() -> dict:
     from core.kernels.cpu import doctor, isa
     features, cap = doctor.cpu_features(), isa.cap()
     cap = "" if cap == "amx" else cap
-    return {"cpu_model": doctor.cpuinfo("model name"), "cpu_features": features, "isa_cap": cap,
-            "cpu_class": cpu_class(features, cap)}
+    return {"cpu_model": cpu_model(doctor.cpuinfo("model name"), doctor.cpuinfo("cpu family"), features),
+            "cpu_features": features, "isa_cap": cap, "cpu_class": cpu_class(features, cap)}
+
+
+def cpu_model(name: str, family: str, features: list) -> str:
+    """The model name, with AMD's core generation where a VM shows only "AMD EPYC": family 25 (0x19) is Zen 3, or Zen 4
+    with AVX-512; family 26 (0x1A) is Zen 5."""
+    if name.strip() != "AMD EPYC" or family not in ("25", "26"):
+        return name
+    return name + (" Zen 5" if family == "26" else " Zen 4" if "avx512f" in features else " Zen 3")
 
 
 def like_this_cpu(path: Path = RESULTS) -> list:

@@ -7,6 +7,7 @@ import pytest
 
 from bench import results
 from core.results import CLASSES, RESULTS, cpu_class, like_this_cpu, read_rows, this_cpu
+from core.results import cpu_model as results_cpu_model
 
 ROWS = read_rows()
 
@@ -65,3 +66,10 @@ def test_a_recorded_row_is_named_by_its_target_and_draft(tmp_path):
     assert spec["model_label"] == "Qwen2.5-Coder-0.5B + EAGLE" and plain["model_label"] == "Qwen2.5-Coder-0.5B"
     assert "| Qwen2.5-Coder-0.5B + EAGLE | " in results.table(read_rows(path))  # the speculation row names the group
     assert results.model_label("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct") == "Qwen2.5-Coder-1.5B ← 0.5B"
+
+
+def test_a_bare_amd_epyc_is_named_by_its_core_generation():
+    assert results_cpu_model("AMD EPYC", "25", ["avx2", "avx512f"]) == "AMD EPYC Zen 4"
+    assert results_cpu_model("AMD EPYC", "25", ["avx2"]) == "AMD EPYC Zen 3"
+    assert results_cpu_model("AMD EPYC", "26", ["avx2", "avx512f"]) == "AMD EPYC Zen 5"
+    assert results_cpu_model("Intel Xeon", "6", ["avx2"]) == "Intel Xeon"

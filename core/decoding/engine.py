@@ -153,7 +153,7 @@ def _prompt_pass(d: Decoder, prompt):
 
 
 PRE_ROWS = 16  # prompt rows per logits product for S⁽⁰⁾: a whole [n, V] costs its page faults and a copy, ~40% of
-               # the product itself at n = 100 on a 152k vocabulary (Zen 4, 2026-12-07)
+               # the product itself at n = 100 on a 152k vocabulary (AMD Zen 5, 2026-12-07)
 
 
 def prefill_top(target, head, hidden) -> torch.Tensor:
