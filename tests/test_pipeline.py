@@ -63,4 +63,3 @@ def test_an_eagle_head_without_factors_of_its_own_gets_the_targets_own():
     model = "qwen2.5-coder-0.5b-instruct"
     assert not (head_dir(model) / slim_file(112, own=False)).exists()
     assert pipeline_of("eagle", model)._slim_path(112) == head_dir(model) / slim_file(112, own=True)
-

@@ -22,8 +22,8 @@ from core.cost import model as cost
 from core.cost.choose import best_choice, chosen_arithmetic, pipeline_math, record_arithmetic, recorded_arithmetics
 from core.cost.predict import shape_of, verdict
 from core.cost.probe import draft_pass, ms, ms_rounds, prefilled, verify_pass
-from core.decoding.engine import prefill_top
 from core.cost.store import CONTEXT, CONTEXT_ONE, MIXED, acceptance_path, calibration_key, costs_path, load_json
+from core.decoding.engine import prefill_top
 from core.errors import SpecError
 from core.paths import write_atomic
 from core.runtime.config import FastConfig

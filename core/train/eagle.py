@@ -265,9 +265,14 @@ def held_sets(tcfg, marker) -> dict:
             {os.path.realpath(os.path.join(d, "cache")) for d in cache_dirs(tcfg)}
         if shared:
             raise SpecError(f"--held-cache {tcfg.held_cache}: {', '.join(sorted(shared))} is trained on too")
-        ids, feats, _ = load_cache(dirs)
-        sets["m"] = (ids, feats, [response_start(x, marker) for x in ids]) if ids else None
+        sets["m"] = cached_answers(dirs, marker)
     return {k: v for k, v in sets.items() if v}
+
+
+def cached_answers(dirs: list, marker) -> tuple | None:
+    """(ids, feats, response starts) of the shards cached in harvest dirs, None where they hold none."""
+    ids, feats, _ = load_cache(dirs)
+    return (ids, feats, [response_start(x, marker) for x in ids]) if ids else None
 
 
 def held_agreement(head, W, sets, sigma, tcfg) -> dict:

@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 from core.train.data import FeatureHook, chat_ids, load_cache, load_target, response_marker, response_start
 from core.train.eagle import (
-    TrainConfig, draft_losses, feature_scale, heldout_agreement, new_head, sample_batch, token_subset, with_batch_ids,
-    with_negatives,
+    TrainConfig, cached_answers, draft_losses, feature_scale, heldout_agreement, new_head, sample_batch, token_subset,
+    with_batch_ids, with_negatives,
 )
 from core.train.loop import lr_at, progress_log, set_lr
 
@@ -152,10 +152,8 @@ def agreement(head, fusion, W, rows, sigma, tcfg) -> dict:
 def held_harvest(dirs: str, marker) -> dict:
     """{"harvest": [(ids, feats, response start)]} of held-out harvest dirs (their last-layer features: the arms
     without fusion), {} for none."""
-    if not dirs:
-        return {}
-    ids, feats, _ = load_cache([d for d in dirs.split(",") if d])
-    return {"harvest": [(x, f, response_start(x, marker)) for x, f in zip(ids, feats)]}
+    got = cached_answers([d for d in dirs.split(",") if d], marker) if dirs else None
+    return {"harvest": list(zip(*got))} if got else {}
 
 
 def param_groups(head, fusion, scale) -> list:
