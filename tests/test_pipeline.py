@@ -58,8 +58,14 @@ def test_the_eagle_and_self_drafters_get_the_targets_factors_of_their_kind():
     assert pipeline_of("self", model)._slim_path(8) is None  # no factors at that rank: SVD
 
 
-def test_an_eagle_head_without_factors_of_its_own_gets_the_targets_own():
+def test_an_eagle_head_with_factors_of_its_own_gets_them_before_the_targets_own():
     from core.pipeline import slim_file
     model = "qwen2.5-coder-0.5b-instruct"
-    assert not (head_dir(model) / slim_file(112, own=False)).exists()
-    assert pipeline_of("eagle", model)._slim_path(112) == head_dir(model) / slim_file(112, own=True)
+    assert pipeline_of("eagle", model)._slim_path(112) == head_dir(model) / slim_file(112, own=False)
+
+
+def test_an_eagle_head_without_factors_of_its_own_gets_the_targets_own(tmp_path, monkeypatch):
+    from core.pipeline import slim_file
+    (tmp_path / slim_file(112, own=True)).write_bytes(b"")
+    monkeypatch.setattr("core.pipeline.head_dir", lambda model_id: tmp_path)
+    assert pipeline_of("eagle", "qwen2.5-coder-0.5b-instruct")._slim_path(112) == tmp_path / slim_file(112, own=True)
