@@ -24,11 +24,14 @@ def layer_ops(request, monkeypatch):
 
 
 def tiny_variant(kind: str, seed: int = 0):
-    """tiny random llama / qwen2 (qkv bias) / qwen2-tied (qkv bias, tied embeddings: Qwen2.5 0.5B / 1.5B) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
+    """tiny random llama / llama-bias (attention_bias: q, k, v and o_proj biases, as an EAGLE head's layer over a Qwen2
+    target) / qwen2 (qkv bias) / qwen2-tied (qkv bias, tied embeddings: Qwen2.5 0.5B / 1.5B) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
     window on layer 0) / mistral (a 4-token window on every layer) / gemma2 (not covered: attention
     soft-capping) models, fp32, eval."""
     if kind == "llama":
         return tiny_model(seed)
+    if kind == "llama-bias":
+        return with_random_biases(tiny_model(seed, attention_bias=True), seed)
     import transformers as tf
 
     common = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -51,6 +54,16 @@ def tiny_variant(kind: str, seed: int = 0):
                 if "norm" in name:
                     p.data.normal_(0, 0.5)
     return model.float().eval()
+
+
+def with_random_biases(model, seed: int):
+    """The model with every linear's bias drawn at random (transformers initialises them to zero)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.copy_(torch.randn(module.bias.shape, generator=g) * 0.5)
+    return model
 
 
 def ref_logits(model, ids) -> torch.Tensor:

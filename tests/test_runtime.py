@@ -17,6 +17,7 @@ PARENTS = [-1, 0, 0, 2]
 
 
 @pytest.mark.parametrize("kind,layout", [("llama", "hybrid"), ("llama", "plain"), ("llama", "blocked"),
+                                         ("llama-bias", "hybrid"), ("llama-bias", "blocked"),
                                          ("qwen2", "hybrid"), ("qwen2-tied", "hybrid"), ("qwen2-tied", "blocked"),
                                          ("qwen3", "hybrid"), ("gemma3", "hybrid"),
                                          ("gemma3", "blocked"), ("mistral", "hybrid"), ("llama", "eager"),

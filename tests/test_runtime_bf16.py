@@ -165,13 +165,18 @@ def test_qwen2_draft_model_greedy_equals_the_targets_own_greedy(method, dtype):
     assert max(len(r.accepted) for r in spec if r.kind == "step") >= 2
 
 
-def test_eagle_drafter_on_fast_runtime_matches_eager():
-    """The EAGLE layer on the fast runtime (a 1-layer runner): prefill, extend, a two-level tree, rollback."""
+@pytest.mark.parametrize("target", ["llama", "qwen2"])
+def test_eagle_drafter_on_fast_runtime_matches_eager(target):
+    """The EAGLE layer on the fast runtime (a 1-layer runner): prefill, extend, a two-level tree, rollback. Over a
+    Qwen2 target the layer has attention_bias: q, k, v and o_proj biases, all trained non-zero."""
     from core.decoding.eagle import EagleConfig, EagleDrafter, EagleHead, init_from_target
-    model = tiny_variant("llama", 3)
+    from runtime_cases import with_random_biases
+    model = tiny_variant(target, 3)
     head = init_from_target(EagleHead(model.config, EagleConfig()), model).attach(model)
     with torch.no_grad():
         head.fc.weight.normal_(0, 0.2)
+    head = with_random_biases(head, 3)
+    assert (head.layers[0].self_attn.o_proj.bias is not None) == (target == "qwen2")
     W = model.lm_head.weight
     drafters = [EagleDrafter(head, W, "eager"), EagleDrafter(head, W, "fast")]
     assert type(drafters[1].runner).__name__ == "FastRunner"
@@ -224,3 +229,13 @@ def test_quantized_weights_stay_within_a_few_percent_of_the_models_own_products(
     for kind, tol in (("int8", 0.02), ("int4", 0.2)):
         err = (mm(x, Forms(quant=quantize(w, kind))) - ref).abs().max() / ref.abs().max()
         assert err < tol, (kind, float(err))
+
+
+def test_an_o_proj_bias_runs_on_the_fast_runtime_in_bf16():
+    """An EAGLE head's layer over a Qwen2 target: a Llama layer with attention_bias, its o_proj bias trained non-zero."""
+    model = tiny_variant("llama-bias").to(torch.bfloat16)
+    runner = make_runner(model, None, "auto")
+    assert runner.runtime_name == "fast", getattr(runner, "fallback_reason", "")
+    prompt = list(range(3, 20))
+    hid, _ = runner.forward(torch.tensor(prompt), torch.arange(len(prompt)))
+    torch.testing.assert_close(runner.logits(hid), ref_logits(model, prompt), atol=0.1, rtol=0.05)

@@ -15,13 +15,14 @@ def tiny_tokenizer(vocab: int = 512, chat_template: str | None = None):
                                    chat_template=chat_template)
 
 
-def tiny_model(seed: int = 0, vocab: int = 512, layers: int = 2, d: int = 64):
+def tiny_model(seed: int = 0, vocab: int = 512, layers: int = 2, d: int = 64, attention_bias: bool = False):
     """A tiny random LlamaForCausalLM (fp32, eval mode), deterministic by seed; feed it ids directly."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab, hidden_size=d, intermediate_size=2 * d, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+                         attention_bias=attention_bias)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

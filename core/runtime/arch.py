@@ -32,8 +32,6 @@ def unsupported_reason(model) -> str:
     bad = [t for t in rope_types(hf_cfg) if t not in ROPE_TYPES]
     if bad:
         return f"fast runtime does not cover rope_type {bad[0]!r}"
-    if model.model.layers[0].self_attn.o_proj.bias is not None:
-        return "fast runtime does not cover an o_proj bias"
     return ""
 
 

@@ -65,6 +65,7 @@ def layer_forward(x, w: dict, kt, vc, cos, sin, bias, start: int, a: Arch):
     q, k = rope(q, cos, sin), rope(k, cos, sin)
     kt[:, :, start:start + n], vc[:, start:start + n] = k.permute(1, 2, 0), v.transpose(0, 1)
     o = mm(attention(q, kt, vc, bias, a, start + n), w["wo"], pre).to(x.dtype)
+    o = o if w["bo"] is None else o + w["bo"]
     x = x + (rms(o, w["ln_att"], a.eps) if a.sandwich else o)
     gu = mm(rms(x, w["ln2"], a.eps), w["wgu"], pre)
     m = mm(a.act(gu[:, :a.ffn]) * gu[:, a.ffn:], w["wd"], pre)
@@ -79,7 +80,8 @@ def fused_layers(x, layers, kts, vs, rope, biases, start: int, final_w, a: Arch,
     for i, (w, kt, v) in enumerate(zip(layers, kts, vs)):
         att = k.attend(mm(h, w["wqkv"], pre), w["bqkv"], w.get("qn"), w.get("kn"), a.eps, *rope[w["rope"]], kt, v,
                        start, biases[w["window"]], a, dtype)
-        h = k.add_rms(x, mm(att, w["wo"], pre), w.get("ln_att"), w["ln2"], a.eps, dtype)
+        o = mm(att, w["wo"], pre)
+        h = k.add_rms(x, o if w["bo"] is None else o.float() + w["bo"], w.get("ln_att"), w["ln2"], a.eps, dtype)
         m = mm(k.act_mul(mm(h, w["wgu"], pre), a.act_id, dtype), w["wd"], pre)
         h = k.add_rms(x, m, w.get("ln_mlp"), layers[i + 1]["ln1"] if i + 1 < len(layers) else final_w, a.eps, dtype)
     return h
@@ -92,8 +94,10 @@ def kernels_id() -> str:
 
 def one_call(runner) -> "cpu_layer.Q8Layers | None":
     """Every layer in one C call where the fused kernels run and all of a runner's layer matrices are int8 blocks of
-    one q8_mm variant (none quantized for the draft), with fp32 or bf16 weights; None otherwise."""
+    one q8_mm variant (none quantized for the draft), with fp32 or bf16 weights and no o_proj bias; None otherwise."""
     if not (runner.kernels and runner.fast_cfg.one_call and runner.dtype in (torch.float32, torch.bfloat16)):
+        return None
+    if any(w["bo"] is not None for w in runner.layers):
         return None
     forms = [w[k] for w in runner.layers for k in MATRICES]
     if not all(isinstance(f.codes, gguf_q8.RawCodes) and f.quant is None for f in forms):

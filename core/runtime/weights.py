@@ -178,6 +178,7 @@ def layer_weights(model, i: int, a: Arch, fc: FastConfig, codes: dict) -> dict:
     pre_mlp = layer.pre_feedforward_layernorm if a.sandwich else layer.post_attention_layernorm
     w = {"ln1": norm_w(layer.input_layernorm, a), "ln2": norm_w(pre_mlp, a),
          "bqkv": torch.cat([lin.bias.detach() for lin in fused["wqkv"]]).float() if a.qkv_bias else None,
+         "bo": att.o_proj.bias.detach().float() if att.o_proj.bias is not None else None,  # a Llama attention_bias layer
          "window": window_of(hf_cfg, i), "rope": hf_cfg.layer_types[i] if None not in rope_subs(hf_cfg) else None}
     if a.qk_norm:
         w["qn"], w["kn"] = norm_w(att.q_norm, a), norm_w(att.k_norm, a)
