@@ -12,6 +12,7 @@ import torch
 from core.config import DRAFT_WEIGHTS, SpecConfig
 from core.cost.choose import chosen_arithmetic
 from core.decoding.draft import ModelDrafter
+from core.decoding.eagle import EagleDrafter
 from core.decoding.engine import generate
 from core.decoding.heads import build_head, svd_factors, uses_factors
 from core.decoding.protocols import Drafter, Head, Runner
@@ -59,8 +60,10 @@ def runtime_note(runner) -> str:
 
 def draft_note(drafter) -> str:
     """'; draft weights int4' where a draft model runs on quantized weights, '; draft on its GGUF codes (...)' where
-    it multiplies by its own blocks, else ''."""
+    it multiplies by its own blocks, '; draft on the eager runtime' where its layers run there, else ''."""
     runner = getattr(drafter, "runner", None)
+    if getattr(runner, "runtime_name", "") == "eager":
+        return "; draft on the eager runtime"
     weights = getattr(getattr(runner, "fast_cfg", None), "weights", "model")
     if weights != "model":
         return f"; draft weights {weights}"
@@ -105,7 +108,8 @@ def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runti
     if draft == "eagle":
         from core.decoding.eagle_io import load_eagle_drafter
         # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
-        return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime), "eagle"
+        weights = draft_weights_of(draft_weights, target.head_weight.dtype, eagle=True)
+        return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime, weights), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
     check_same_tokenizer(tokenizer, draft_tok)
     return model_drafter(draft_model, draft_tok, draft, runtime, draft_weights), draft
@@ -130,11 +134,17 @@ def target_config(model_id, draft, dtype, device="cpu") -> tuple:
     return (fc if math in ("", rule) else replace(fc, codes_math=math)), note
 
 
-def draft_weights_of(draft_weights: str, dtype, on_blocks: bool = False) -> str:
+EAGLE_AUTO = "model"  # an EAGLE head's bf16 layer under --draft-weights auto
+
+
+def draft_weights_of(draft_weights: str, dtype, on_blocks: bool = False, eagle: bool = False) -> str:
     """auto -> the model's own weights for a draft converted from a GGUF whose blocks q8_mm multiplies here
-    (`on_blocks`: see draft_config), int4 for another bf16 draft model (measured: docs/qwen.md), else the model's own."""
+    (`on_blocks`: see draft_config), int4 for another bf16 draft model (measured: docs/qwen.md), EAGLE_AUTO for an
+    EAGLE head's bf16 layer, else the model's own."""
     if draft_weights not in DRAFT_WEIGHTS:
         raise SpecError(f"unknown draft weights {draft_weights!r}: use {', '.join(DRAFT_WEIGHTS)}")
+    if draft_weights == "auto" and eagle:
+        return EAGLE_AUTO if dtype == torch.bfloat16 else "model"
     if draft_weights == "auto":
         return "int4" if dtype == torch.bfloat16 and not on_blocks else "model"
     return draft_weights
@@ -214,11 +224,15 @@ class Pipeline:
     def with_draft_weights(self, draft_weights: str) -> "Pipeline":
         """This pipeline with its draft model's layer weights re-quantized (same target, draft model and tables;
         one per draft weights); itself where the drafter is not a separate draft model."""
-        if self.draft_name in ("self", "eagle", "context"):
+        if self.draft_name in ("self", "context"):
             return self
         if draft_weights not in self._requantized:
             runner = self.drafter.runner
-            drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
+            if self.draft_name == "eagle":
+                weights = draft_weights_of(draft_weights, self.drafter.dtype, eagle=True)
+                drafter = EagleDrafter(self.drafter.head, self.drafter.head_weight, "auto", weights)
+            else:
+                drafter = model_drafter(runner.model, runner.tokenizer, self.draft_name, "auto", draft_weights)
             self._requantized[draft_weights] = Pipeline(self.model_id, self.model, self.tokenizer, self.target,
                                                         drafter, self.draft_name, self.fr_rank, self.math_note)
         return self._requantized[draft_weights]

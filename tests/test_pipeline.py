@@ -69,3 +69,26 @@ def test_an_eagle_head_without_factors_of_its_own_gets_the_targets_own(tmp_path,
     (tmp_path / slim_file(112, own=True)).write_bytes(b"")
     monkeypatch.setattr("core.pipeline.head_dir", lambda model_id: tmp_path)
     assert pipeline_of("eagle", "qwen2.5-coder-0.5b-instruct")._slim_path(112) == tmp_path / slim_file(112, own=True)
+
+
+def test_an_eagle_heads_layer_on_int8_weights_changes_only_the_drafts(default_pipeline):
+    """--draft-weights int8 quantizes the EAGLE layer (the same head, shared); greedy output stays the target's own."""
+    from core.trace.stats import compare_to_ar
+    quantized = default_pipeline.with_draft_weights("int8")
+    assert quantized.draft_name == "eagle" and quantized.drafter.head is default_pipeline.drafter.head
+    assert quantized.drafter.runner.fast_cfg.weights == "int8" and "draft weights int8" in quantized.products_note
+    prompt, cfg = "Name three rivers in Europe.", SpecConfig(method="nanospec", max_new_tokens=24, context="off")
+    ar = list(quantized.run(prompt, SpecConfig(method="ar", max_new_tokens=24)))
+    spec = list(quantized.run(prompt, cfg))
+    assert compare_to_ar(spec, ar)["identical"]
+    assert sum(len(r.accepted) for r in spec if r.kind == "step") > 0
+
+
+def test_a_drafter_on_the_eager_runtime_keys_its_calibration_apart():
+    """Its passes cost several times the fast runtime's: a calibration made on one is never read for the other."""
+    from types import SimpleNamespace
+    from core.pipeline import draft_note
+    assert draft_note(SimpleNamespace(runner=SimpleNamespace(runtime_name="eager"))) == "; draft on the eager runtime"
+    fast = SimpleNamespace(runtime_name="fast", fast_cfg=SimpleNamespace(weights="model"))
+    assert draft_note(SimpleNamespace(runner=fast)) == ""
+    assert draft_note(None) == ""

@@ -247,14 +247,16 @@ class EagleDrafter:
     name = "eagle"
     keeps_drafts = False  # a draft's entry rests on the head's own feature, not the target's: taken in again
 
-    def __init__(self, head, head_weight, runtime="eager"):
+    def __init__(self, head, head_weight, runtime="eager", weights="model"):
+        """weights: the layer's on the fast runtime, "model" (the head's own) | "int8" | "int4" (FastConfig.weights)."""
+        from core.runtime.config import FastConfig
         from core.runtime.fast import make_runner
         self.head = head.eval()
         self.head_weight = head_weight     # the target's LM head W [V, d]: the default draft LM head
         self.d = head.d
         self.dtype = head.fc.weight.dtype
         self.device = head.fc.weight.device
-        self.runner = make_runner(layer_model(head, head_weight), None, runtime)
+        self.runner = make_runner(layer_model(head, head_weight), None, runtime, FastConfig(weights=weights))
         self.fc = fc_fn(head.fc)
         self.reset()
 

@@ -165,10 +165,10 @@ def load_eagle3_state_dict(llama_config, sd):
     return head
 
 
-def load_eagle_drafter(target, head_dir, runtime="eager"):
+def load_eagle_drafter(target, head_dir, runtime="eager", weights="model"):
     """target: a Runner (or a causal LM); head_dir holds eagle.safetensors + config.json; runtime: the one the
-    drafter's layer runs on (make_runner's eager | fast | auto)."""
+    drafter's layer runs on (make_runner's eager | fast | auto); weights: its layer's on the fast runtime."""
     model = getattr(target, "model", target)
     W = model.get_output_embeddings().weight
     head = load_head(str(head_dir), model, dtype=W.dtype).to(W.device)
-    return EagleDrafter(head, W, runtime)
+    return EagleDrafter(head, W, runtime, weights)

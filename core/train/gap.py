@@ -13,6 +13,7 @@ sample the engine's steps pick."""
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -111,17 +112,18 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--head", default="", help="a directory holding eagle.safetensors (default: the shipped head)")
     p.add_argument("--tau", action="store_true", help="also the engine's tau with a chain of 3, context off")
+    p.add_argument("--draft-weights", default="model", choices=("model", "int8", "int4"),
+                   help="the head's layer weights on the fast runtime (its drafts only: the target's stay exact)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from core.models import load_model
     from core.pipeline import Pipeline
-    pipe = Pipeline.load(args.model, draft="context" if args.head else "eagle")
-    if args.head:  # a head of one's own, also for a model without a shipped one
-        from pathlib import Path
-
-        from core.decoding.eagle_io import load_eagle_drafter
-        pipe.drafter, pipe.draft_name = load_eagle_drafter(pipe.target, Path(args.head), "auto"), "eagle"
+    from core.decoding.eagle_io import load_eagle_drafter
+    from core.pipeline import head_dir
+    pipe = Pipeline.load(args.model, draft="context")
+    head = Path(args.head) if args.head else head_dir(args.model)  # a head of one's own, or the shipped one
+    pipe.drafter, pipe.draft_name = load_eagle_drafter(pipe.target, head, "auto", args.draft_weights), "eagle"
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     hf = {f"transformers {k}": load_model(args.model, dtype=dtypes[k])[0] for k in filter(None, args.hf.split(","))}
     prompts = [q.text for q in load_prompts(args.prompts, args.limit)]
@@ -130,7 +132,7 @@ def main(argv=None) -> int:
         out["tau, chain 3, context off"] = chain_tau(pipe, prompts, args.max_new_tokens)
     out["_setup"] = {"model": args.model, "prompts": args.prompts, "n_prompts": len(prompts),
                      "max_new_tokens": args.max_new_tokens, "runtime": pipe.runtime_note, "dtype": str(pipe.model.dtype),
-                     "head": args.head or "shipped"}
+                     "head": args.head or "shipped", "draft_weights": args.draft_weights}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
