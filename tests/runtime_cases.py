@@ -12,15 +12,15 @@ ATOL = 1e-4
 @pytest.fixture(autouse=True, params=["c-kernels", "torch-ops"])
 def layer_ops(request, monkeypatch):
     """Every spec here holds both with the fused C kernels between the GEMMs and on the torch path they replace."""
-    from core.kernels.cpu import cpu_layer
+    from core.kernels.cpu import cpu_layer, isa
     if request.param == "torch-ops":
         monkeypatch.setenv("SPECLENS_CPU_KERNELS", "0")
-    cpu_layer.lib.cache_clear()
+    isa.reload()  # the library and the variants read from it
     if request.param == "c-kernels" and cpu_layer.lib() is None:
         pytest.skip(f"fused CPU kernels unavailable: {cpu_layer.why_not()}")
     yield request.param
     monkeypatch.delenv("SPECLENS_CPU_KERNELS", raising=False)
-    cpu_layer.lib.cache_clear()
+    isa.reload()
 
 
 def tiny_variant(kind: str, seed: int = 0):

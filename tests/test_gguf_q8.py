@@ -384,3 +384,26 @@ def test_the_interleaved_dot_products_keep_their_stream_prefetch():
         body = out[out.index(f"<{name}>:\n"):]
         counts[name] = body[:body.index("\n\n")].count("prefetch")
     assert all(n > 0 for n in counts.values()), counts
+
+
+def test_a_drafts_weights_quantize_to_the_q8_0_blocks_gguf_writes():
+    """q8_0_codes (a draft's int8 weights for q8_mm) writes llama.cpp's Q8_0 blocks, byte for byte as gguf-py does."""
+    from gguf import GGMLQuantizationType, quantize
+    w = torch.randn(20, 128, generator=torch.Generator().manual_seed(3))  # 20 rows: not all interleaved, raw kept
+    w[3, :32] = 0  # an all-zero block: d = 0, codes 0
+    c = q8.q8_0_codes(w)
+    assert (c.n, c.k) == (20, 128) and set(c.types.tolist()) == {q8.TYPES["Q8_0"]}
+    want = quantize(w.numpy(), GGMLQuantizationType.Q8_0).reshape(-1)
+    assert np.array_equal(c.raw.numpy(), want)
+
+
+@needs_q8
+def test_int8_draft_weights_multiply_on_q8_mm_for_any_number_of_rows():
+    from core.runtime.quant import quantize
+    from core.runtime.weights import Forms, mm
+    w = torch.randn(64, 256, generator=torch.Generator().manual_seed(4)).bfloat16()
+    quant = quantize(w, "int8")
+    assert quant[:2] == ("int8", "q8")
+    x = torch.randn(40, 256, generator=torch.Generator().manual_seed(5))
+    got = mm(x, Forms(quant=quant))
+    assert torch.equal(got, q8.q8_mm(x, quant[2])) and torch.equal(got[:1], mm(x[:1], Forms(quant=quant)))

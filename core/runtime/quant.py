@@ -1,9 +1,10 @@
-"""Weight-only quantization of a draft model's layers: int8 per output channel (torch's kernel), int4 per group of
-INT4_GROUP inputs (our AVX512-VNNI kernel where it is built, else torch's). `weights.mm` multiplies by them
-(`quant_mm`) for up to QUANT_ROWS rows."""
+"""Weight-only quantization of a draft's layers: int8 as Q8_0 blocks for q8_mm (int8 activations, llama.cpp's
+arithmetic) where it runs, else per output channel (torch's kernel); int4 per group of INT4_GROUP inputs (our
+AVX512-VNNI kernel where it is built, else torch's). `weights.mm` multiplies by them (`quant_mm`): q8_mm's for any
+number of rows, the others for up to QUANT_ROWS rows."""
 import torch
 
-from core.kernels.cpu import cpu_layer, isa
+from core.kernels.cpu import cpu_layer, gguf_q8, isa
 
 QUANTS = ("int8", "int4")  # weight-only, per output channel (int8) or per group of INT4_GROUP inputs (int4)
 
@@ -11,9 +12,12 @@ INT4_GROUP = 64
 
 
 def quantize(w, kind: str) -> tuple:
-    """Weight-only quantization of w [out, in]: int8 symmetric per output channel (torch's kernel); int4 asymmetric
-    per group of INT4_GROUP inputs, w = q · scale + lo, for our AVX512-VNNI kernel where it is built, else torch's.
-    (kind, implementation, tensors...)."""
+    """Weight-only quantization of w [out, in]: int8 as Q8_0 blocks where q8_mm runs (a draft's layer of 1 / 6 rows:
+    ~0.65 / 0.3 of torch's int8 kernel's time, docs/runtime.md), else symmetric per output channel (torch's kernel);
+    int4 asymmetric per group of INT4_GROUP inputs, w = q · scale + lo, for our AVX512-VNNI kernel where it is built,
+    else torch's. (kind, implementation, tensors...)."""
+    if kind == "int8" and gguf_q8.available() and w.shape[1] % 32 == 0:
+        return "int8", "q8", gguf_q8.q8_0_codes(w)
     w32, dt = w.float().contiguous(), w.dtype
     if kind == "int8":
         scale = (w32.abs().amax(1) / 127).clamp(min=1e-8).to(dt)

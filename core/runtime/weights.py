@@ -294,6 +294,8 @@ def forms(wt, fc: FastConfig) -> Forms:
 def quant_mm(x, quant: tuple):
     """x [n, in] @ quantized w^T -> [n, out] (torch's kernels: in the scales' dtype; ours: fp32)."""
     kind, impl, *t = quant
+    if impl == "q8":
+        return gguf_q8.q8_mm(x, t[0])
     if impl == "vnni":
         return cpu_layer.int4_mm(x, *t)
     if kind == "int8":
@@ -342,11 +344,11 @@ def prefill_on_plain() -> bool:
 
 def mm(x, w: Forms, prefill: bool = False):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
-    for up to QUANT_ROWS rows, else on the GGUF's codes if set, else packed (oneDNN) if set, else plain for one row
-    (GEMV), blocked for more (one bmm over L2-sized blocks). prefill (the prompt's pass of PREFILL_ROWS rows or more,
+    (q8_mm's blocks for any number of rows, the others for up to QUANT_ROWS), else on the GGUF's codes if set, else
+    packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks). prefill (the prompt's pass of PREFILL_ROWS rows or more,
     the same pass for plain decoding and every method): the plain copy beside int8 blocks where prefill_on_plain()."""
     plain, blocked, packed, quant, codes = w
-    if quant is not None and x.shape[0] <= QUANT_ROWS:
+    if quant is not None and (x.shape[0] <= QUANT_ROWS or quant[1] == "q8"):
         return cast(quant_mm(x, quant), x.dtype)
     if prefill and plain is not None and isinstance(codes, gguf_q8.RawCodes) and x.shape[0] >= PREFILL_ROWS \
             and prefill_on_plain():

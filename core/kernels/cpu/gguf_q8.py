@@ -378,3 +378,14 @@ def slim(c: RawCodes) -> RawCodes:
     """c without its raw blocks where every output is interleaved (the products then read x8 alone): a model's int8
     matrices held once, not twice."""
     return c._replace(raw=torch.empty(0, dtype=torch.uint8)) if c.all_interleaved else c
+
+
+def q8_0_codes(w) -> RawCodes:
+    """w [n, k] (k a multiple of 32) as Q8_0 blocks, as llama.cpp quantizes them: per 32 inputs, d = max|w| / 127
+    (fp16) and codes round(w / d) in int8. A draft's weights quantized for q8_mm."""
+    n, k = w.shape
+    g = w.detach().float().reshape(n, k // 32, 32)
+    d = g.abs().amax(-1) / 127
+    q = (g * torch.where(d > 0, 1 / d, 0)[..., None]).round().to(torch.int8)  # codes from the fp32 d, d kept as fp16
+    blocks = np.concatenate([d.half().numpy().view(np.uint8).reshape(n, k // 32, 2), q.numpy().view(np.uint8)], -1)
+    return slim(matrix_raw([("Q8_0", blocks.reshape(-1), n, k, None)]))
