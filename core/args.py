@@ -21,8 +21,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default="auto",
                    help="auto | self | eagle | context (prompt lookup alone) | a draft model id sharing the tokenizer")
     p.add_argument("--draft-weights", default="auto", choices=DRAFT_WEIGHTS,
-                   help="a separate draft model's layer weights on the fast runtime: auto (int4 for a bf16 draft model, "
-                        "else its own) | model | int8 | int4; the target's verification keeps the output exact either way")
+                   help="the draft's layer weights on the fast runtime: auto (an EAGLE head's: int8 blocks where q8_mm "
+                        "runs; a bf16 draft model's: int4; else its own) | model | int8 | int4; the target's "
+                        "verification keeps the output exact either way")
     p.add_argument("--runtime", default="auto", choices=RUNTIMES)
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="model weights: auto (bf16 on CUDA and on CPUs with AMX / avx512_bf16 under the fast runtime, else fp32) | fp32 | bf16")

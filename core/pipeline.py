@@ -134,17 +134,16 @@ def target_config(model_id, draft, dtype, device="cpu") -> tuple:
     return (fc if math in ("", rule) else replace(fc, codes_math=math)), note
 
 
-EAGLE_AUTO = "model"  # an EAGLE head's bf16 layer under --draft-weights auto
-
-
 def draft_weights_of(draft_weights: str, dtype, on_blocks: bool = False, eagle: bool = False) -> str:
     """auto -> the model's own weights for a draft converted from a GGUF whose blocks q8_mm multiplies here
-    (`on_blocks`: see draft_config), int4 for another bf16 draft model (measured: docs/qwen.md), EAGLE_AUTO for an
-    EAGLE head's bf16 layer, else the model's own."""
+    (`on_blocks`: see draft_config), int4 for another bf16 draft model (measured: docs/qwen.md), int8 for an EAGLE
+    head's layer where q8_mm runs (the 0.5B's and SmolLM2's heads: first drafts and tau as on their own weights, the
+    layer's pass 0.4x as long: docs/runtime.md), else the model's own."""
     if draft_weights not in DRAFT_WEIGHTS:
         raise SpecError(f"unknown draft weights {draft_weights!r}: use {', '.join(DRAFT_WEIGHTS)}")
     if draft_weights == "auto" and eagle:
-        return EAGLE_AUTO if dtype == torch.bfloat16 else "model"
+        from core.kernels.cpu import gguf_q8
+        return "int8" if gguf_q8.available() else "model"
     if draft_weights == "auto":
         return "int4" if dtype == torch.bfloat16 and not on_blocks else "model"
     return draft_weights

@@ -83,6 +83,16 @@ def test_draft_weights_auto_quantizes_only_a_bf16_draft_model_without_gguf_block
         draft_weights_of("int2", torch.bfloat16)
 
 
+def test_draft_weights_auto_puts_an_eagle_layer_on_int8_blocks_where_q8_mm_runs(monkeypatch):
+    import torch
+    from core.pipeline import draft_weights_of
+    for runs, want in ((True, "int8"), (False, "model")):
+        monkeypatch.setattr("core.kernels.cpu.gguf_q8.available", lambda: runs)
+        assert draft_weights_of("auto", torch.bfloat16, eagle=True) == want
+        assert draft_weights_of("auto", torch.float32, eagle=True) == want
+    assert draft_weights_of("model", torch.bfloat16, eagle=True) == "model"
+
+
 def test_the_paper_figures_are_skipped_not_fatal_where_plotly_is_missing(monkeypatch, capsys):
     from core import cli
     monkeypatch.setitem(sys.modules, "viz.paper", None)

@@ -147,3 +147,18 @@ def test_eagle3_state_dict_loads_and_runs():
     out2, _ = head(out[:, -1:], torch.randint(0, 512, (1, 1)), torch.tensor([[6]]), None, (k, v))  # depth 2: own feature
     logits, ids = head.draft_logits(head.head_in(out2[0]))
     assert logits.shape == (1, Vd) and ids[5] == 5 + 15
+
+
+def test_an_int8_drafters_fc_multiplies_by_q8_0_blocks_within_a_percent_of_its_own():
+    from core.decoding.eagle import fc_fn
+    from core.kernels.cpu import gguf_q8
+    if not gguf_q8.available():
+        pytest.skip("no q8_mm here")
+    _, head = tiny()
+    with torch.no_grad():
+        head.fc.weight.normal_(0, 0.2)
+        head.fc.bias.normal_()
+    z = torch.randn(5, 128, generator=torch.Generator().manual_seed(0))
+    want, got = head.fc(z), fc_fn(head.fc, "int8")(z)
+    assert got.shape == want.shape and not torch.equal(got, want)
+    assert (got - want).abs().max() <= 0.01 * want.abs().max()
