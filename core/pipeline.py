@@ -107,8 +107,10 @@ def make_drafter(model_id, model, tokenizer, target: Runner, draft="auto", runti
         return None, "context"
     if draft == "eagle":
         from core.decoding.eagle_io import load_eagle_drafter
-        # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager
-        weights = draft_weights_of(draft_weights, target.head_weight.dtype, eagle=True)
+        # the layer follows the target's runtime; "fast" -> "auto": a head the fast path cannot run uses eager;
+        # its draft weights apply where the fast runtime may run it (the CPU)
+        fast_here = runtime != "eager" and torch.device(getattr(target, "device", "cpu")).type == "cpu"
+        weights = draft_weights_of(draft_weights, target.head_weight.dtype, eagle=True) if fast_here else "model"
         return load_eagle_drafter(target, head_dir(model_id), "auto" if runtime == "fast" else runtime, weights), "eagle"
     draft_model, draft_tok = load_model(draft, device=target.device, dtype=target.head_weight.dtype)
     check_same_tokenizer(tokenizer, draft_tok)

@@ -92,3 +92,10 @@ def test_a_drafter_on_the_eager_runtime_keys_its_calibration_apart():
     fast = SimpleNamespace(runtime_name="fast", fast_cfg=SimpleNamespace(weights="model"))
     assert draft_note(SimpleNamespace(runner=fast)) == ""
     assert draft_note(None) == ""
+
+
+def test_an_eagle_layer_on_the_eager_runtime_keeps_the_heads_own_weights():
+    from core.pipeline import Pipeline
+    pipe = Pipeline.load(runtime="eager")
+    assert pipe.draft_name == "eagle" and pipe.drafter.runner.runtime_name == "eager"
+    assert "draft weights" not in pipe.products_note and "draft on the eager runtime" in pipe.products_note
