@@ -223,8 +223,8 @@ class Pipeline:
             return _LOADED[key]
 
     def with_draft_weights(self, draft_weights: str) -> "Pipeline":
-        """This pipeline with its draft model's layer weights re-quantized (same target, draft model and tables;
-        one per draft weights); itself where the drafter is not a separate draft model."""
+        """This pipeline with its draft model's or EAGLE head's layer weights re-quantized (same target, draft and
+        tables; one per draft weights); itself for the self-draft and the context alone."""
         if self.draft_name in ("self", "context"):
             return self
         if draft_weights not in self._requantized:

@@ -25,9 +25,9 @@ def layer_ops(request, monkeypatch):
 
 def tiny_variant(kind: str, seed: int = 0):
     """tiny random llama / llama-bias (attention_bias: q, k, v and o_proj biases, as an EAGLE head's layer over a Qwen2
-    target) / qwen2 (qkv bias) / qwen2-tied (qkv bias, tied embeddings: Qwen2.5 0.5B / 1.5B) / qwen3 (q, k norms) / gemma3 (sandwich norms, a 4-token sliding
-    window on layer 0) / mistral (a 4-token window on every layer) / gemma2 (not covered: attention
-    soft-capping) models, fp32, eval."""
+    target) / qwen2 (qkv bias) / qwen2-tied (qkv bias, tied embeddings: Qwen2.5 0.5B / 1.5B) / qwen3 (q, k norms) /
+    gemma3 (sandwich norms, a 4-token sliding window on layer 0) / mistral (a 4-token window on every layer) / gemma2
+    (not covered: attention soft-capping) models, fp32, eval."""
     if kind == "llama":
         return tiny_model(seed)
     if kind == "llama-bias":

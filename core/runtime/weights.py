@@ -345,8 +345,9 @@ def prefill_on_plain() -> bool:
 def mm(x, w: Forms, prefill: bool = False):
     """x [n, in] @ w -> [n, out] in x's dtype, the product in the weights' dtype (x rounded to it): quantized
     (q8_mm's blocks for any number of rows, the others for up to QUANT_ROWS), else on the GGUF's codes if set, else
-    packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks). prefill (the prompt's pass of PREFILL_ROWS rows or more,
-    the same pass for plain decoding and every method): the plain copy beside int8 blocks where prefill_on_plain()."""
+    packed (oneDNN) if set, else plain for one row (GEMV), blocked for more (one bmm over L2-sized blocks). prefill
+    (the prompt's pass of PREFILL_ROWS rows or more, the same pass for plain decoding and every method): the plain
+    copy beside int8 blocks where prefill_on_plain()."""
     plain, blocked, packed, quant, codes = w
     if quant is not None and (x.shape[0] <= QUANT_ROWS or quant[1] == "q8"):
         return cast(quant_mm(x, quant), x.dtype)

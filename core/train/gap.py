@@ -117,10 +117,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from core.models import load_model
-    from core.pipeline import Pipeline
     from core.decoding.eagle_io import load_eagle_drafter
-    from core.pipeline import head_dir
+    from core.models import load_model
+    from core.pipeline import Pipeline, head_dir
     pipe = Pipeline.load(args.model, draft="context")
     head = Path(args.head) if args.head else head_dir(args.model)  # a head of one's own, or the shipped one
     pipe.drafter, pipe.draft_name = load_eagle_drafter(pipe.target, head, "auto", args.draft_weights), "eagle"
