@@ -1,4 +1,4 @@
-"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-rM | -pM][-wWEIGHTS]."""
+"""bench_pair's variant names: one grammar, METHOD[-chainG | -treeDxKxN | -auto][-noctx | -ctx][-rM | -pM][-wWEIGHTS]."""
 import pytest
 
 from bench.suites.pair import variant
@@ -10,6 +10,7 @@ def test_a_variant_name_spells_its_method_shape_context_and_draft_weights():
     assert variant("full-chain3-ctx") == ("full", {"shape": "chain", "gamma": 3, "context": "on"})
     assert variant("hf-assisted") == ("hf-assisted", {})
     assert variant("slimspec-noctx-r512") == ("slimspec", {"context": "off", "rescore": 512})
+    assert variant("nanospec-auto") == ("nanospec", {"shape": "auto"})  # the cost model's choice, as a user's run
 
 
 @pytest.mark.parametrize("name", ["ar-wint4", "hf-chain2", "nanospec-chain", "nanospec-wint3", "bogus", "nanospec-tree4x2",

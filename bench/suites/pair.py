@@ -25,19 +25,19 @@ from core.models import draft_defaults
 from core.paper.runs import run_row
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
-# a variant: METHOD[-chainG | -treeDxKxN][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured draft
-# defaults (-WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
+# a variant: METHOD[-chainG | -treeDxKxN | -auto][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured
+# draft defaults (-auto: the shape `--shape auto` picks from this machine's calibration, as a user's run gets it; -WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
 # paper's SlimSpec; -pM: NanoSpec previews the top-M of the low-rank head over V, M = 0 the paper's NanoSpec);
 # "hf" / "hf-assisted" run transformers;
 # "llamacpp" / "llamacpp-spec[N]" run llama.cpp on the same GGUFs (bench/llamacpp/compare.py)
 VARIANT = re.compile(r"(?P<method>ar|hf|hf-assisted|full|frspec|nanospec|slimspec|nanoslim)"
-                     r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+))?"
+                     r"(?:-chain(?P<gamma>\d+)|-tree(?P<depth>\d+)x(?P<top_k>\d+)x(?P<tree_size>\d+)|-(?P<auto>auto))?"
                      r"(?P<ctx>-noctx|-ctx)?(?:-W(?P<w_max>\d+))?(?:-r(?P<rescore>\d+)|-p(?P<preview>\d+))?"
                      r"(?:-w(?P<weights>model|int8|int4))?")
 
 
 EXAMPLES = ("ar, hf, hf-assisted, nanospec, full-chain3, nanospec-tree4x2x8, nanospec-noctx, nanospec-W3072, "
-            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4, llamacpp, llamacpp-spec, llamacpp-spec8")
+            "slimspec-r512, nanospec-p64, nanospec-chain3-wint4, nanospec-auto, llamacpp, llamacpp-spec, llamacpp-spec8")
 
 
 def variant(name: str) -> tuple | None:
@@ -53,6 +53,8 @@ def variant(name: str) -> tuple | None:
     opts = {"shape": "chain", "gamma": int(m["gamma"])} if m["gamma"] else {}
     if m["depth"]:
         opts = {"shape": "tree", **{k: int(m[k]) for k in ("depth", "top_k", "tree_size")}}
+    if m["auto"]:
+        opts = {"shape": "auto"}
     opts |= {"context": "off" if m["ctx"] == "-noctx" else "on"} if m["ctx"] else {}
     opts |= {"w_max": int(m["w_max"])} if m["w_max"] else {}
     opts |= {"rescore": int(m["rescore"])} if m["rescore"] else {}
