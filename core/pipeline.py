@@ -21,6 +21,7 @@ from core.models import DEFAULT_MODEL, chat_prompt_ids, check_same_tokenizer, lo
 from core.paths import ASSETS
 from core.runtime.config import FastConfig
 from core.runtime.fast import make_runner
+from core.runtime.quant import q8_blocks_here
 from core.runtime.weights import codes_math, has_blocks
 
 _LOADED = {}
@@ -144,8 +145,7 @@ def draft_weights_of(draft_weights: str, dtype, on_blocks: bool = False, eagle: 
     if draft_weights not in DRAFT_WEIGHTS:
         raise SpecError(f"unknown draft weights {draft_weights!r}: use {', '.join(DRAFT_WEIGHTS)}")
     if draft_weights == "auto" and eagle:
-        from core.kernels.cpu import gguf_q8
-        return "int8" if gguf_q8.available() else "model"
+        return "int8" if q8_blocks_here() else "model"
     if draft_weights == "auto":
         return "int4" if dtype == torch.bfloat16 and not on_blocks else "model"
     return draft_weights
