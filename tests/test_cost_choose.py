@@ -130,6 +130,7 @@ def test_auto_without_a_calibration_runs_the_models_measured_shape_and_says_how_
 def test_auto_picks_the_grid_shape_of_highest_predicted_speedup_unless_within_the_margin(pipe, costs, tmp_path,
                                                                                         monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
+    monkeypatch.setattr(choose, "PAYS", 0.0)  # every shape pays, whatever the tiny model's timings
     cfg, note = choose.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
     data, acc = store.cached(pipe)
     best = max(predict.verdict(data, acc, "nanospec", s).speedup for s in cost.shape_grid())
@@ -180,6 +181,32 @@ def test_a_run_on_auto_and_on_the_context_alone_equals_plain_greedy_decoding(pip
         recs = list(pipe.run(prompt, SpecConfig(method="nanospec", shape=shape, max_new_tokens=24)))
         assert [t for r in recs for t in r.emitted] == ar
     assert all(r.tree["head_calls"] == 0 for r in recs if r.kind == "step")  # the context alone: no model draft
+
+
+def expensive_rows(costs: dict) -> dict:
+    """Costs where each verify row past the first costs 0.6 of a one-row step (a 2-core AVX2-only CPU: ~0.57)."""
+    beside = {"context": 2.0, "context_one": 0.5}
+    return costs | {"verify": [10.0 + 6.0 * n for n in range(32)], "backbone": [1.0] * 3, "head": {"nanospec": [0.5] * 3},
+                    "draft_scale": {}, "other": {"nanospec": 1.0, "ar": 0.0, **beside, "mixed": {"model": 1.0, **beside}}}
+
+
+def test_auto_decodes_plainly_where_no_choice_is_predicted_to_pay(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, expensive_rows(costs), tmp_path, monkeypatch, [[0.3, 0.1]] * 6,
+               context={"tau": 1.5, "rows": 4.0, "drafted": 0.3})
+    cfg, note = choose.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="on"))
+    assert cfg.method == "ar" and note.startswith("auto: plain decoding") and "break-even" in note
+    prompt = "the cat sat on the mat the cat sat on the mat the cat"
+    recs = list(pipe.run(prompt, SpecConfig(method="nanospec", shape="auto", max_new_tokens=12)))
+    ar = list(pipe.run(prompt, SpecConfig(method="ar", max_new_tokens=12)))
+    assert [t for r in recs for t in r.emitted] == [t for r in ar for t in r.emitted]
+    assert all(r.tree is None or r.tree.get("head_calls", 0) == 0 for r in recs)  # nothing drafted
+
+
+def test_compare_and_the_paper_runs_keep_a_draft_where_none_is_predicted_to_pay(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, expensive_rows(costs), tmp_path, monkeypatch, [[0.3, 0.1]] * 6)
+    cfg, note = choose.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"),
+                                     allow_plain=False)
+    assert cfg.method == "nanospec" and cfg.shape in ("tree", "chain") and not note.startswith("auto: plain")
 
 
 def test_the_context_alone_needs_context_drafting_on():
@@ -272,6 +299,7 @@ def test_a_context_steps_one_row_and_continued_steps_cost_their_own_bookkeeping(
 def test_auto_keeps_the_default_shape_where_the_grids_best_gains_less_than_the_margin(pipe, costs, tmp_path, monkeypatch):
     calibrated(pipe, costs, tmp_path, monkeypatch, [[0.9, 0.3, 0.1, 0.0]] * 6)
     monkeypatch.setattr(choose, "MARGIN", 1e9)  # no shape gains that much, whatever the tiny model's timings
+    monkeypatch.setattr(choose, "PAYS", 0.0)  # and every shape pays
     cfg, note = choose.resolve_shape(pipe, SpecConfig(method="nanospec", shape="auto", context="off"))
     assert (cfg.shape, cfg.depth, cfg.top_k, cfg.tree_size) == ("tree", 3, 2, 6) and "within the cost model's" in note
 

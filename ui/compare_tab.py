@@ -39,7 +39,7 @@ def _compare_runs(pipe, prompt, methods, model_key, should_stop, settings):
         yield {"table": status_note(f"running {method} ({i + 1}/{len(ordered)})…")}
         try:  # one method failing (e.g. no FR-Spec table) does not stop the others
             cfg = make_config(method, *settings, vocab_size=getattr(pipe, "vocab_size", None), model_id=getattr(pipe, "model_id", None))
-            cfg, note = resolve_shape(pipe, cfg, allow_context=False)  # each head at its own best shape
+            cfg, note = resolve_shape(pipe, cfg, allow_context=False, allow_plain=False)  # each head at its own best shape
             runs[method] = engine_thread.call(run_to_end, pipe, prompt, cfg, should_stop, RUN_MAX_SECONDS)
             runs[method]["meta"]["cost"] = cost_now(pipe, cfg, note, len(pipe.prompt_ids(prompt)))
         except SpecError as e:

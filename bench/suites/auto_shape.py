@@ -21,7 +21,8 @@ def variants(pipe, n: int) -> dict:
     """name -> SpecConfig: plain decoding, the model's measured shape with context on and off, the context alone,
     the cost model's best model shape with context on and off, and auto as resolved."""
     base = SpecConfig(method="nanospec", max_new_tokens=n, **draft_defaults(pipe.model_id)).validate(pipe.vocab_size)
-    best, _ = resolve_shape(pipe, dataclasses.replace(base, shape="auto"), allow_context=False)
+    best, _ = resolve_shape(pipe, dataclasses.replace(base, shape="auto"), allow_context=False,
+                           allow_plain=False)
     auto, note = resolve_shape(pipe, dataclasses.replace(base, shape="auto", context="on"))
     print(note)
     out = {"ar": dataclasses.replace(base, method="ar"),
@@ -30,7 +31,8 @@ def variants(pipe, n: int) -> dict:
            "context alone": dataclasses.replace(base, shape="context", context="on"),
            f"best model shape {shape_label(best)}": dataclasses.replace(best, context="off"),
            f"best model shape {shape_label(best)} +context": dataclasses.replace(best, context="on")}
-    out[f"auto ({shape_label(auto)}{' +context' if auto.context == 'on' and auto.shape != 'context' else ''})"] = auto
+    ctx = " +context" if auto.context == "on" and auto.shape != "context" and auto.method != "ar" else ""
+    out[f"auto ({shape_label(auto)}{ctx})"] = auto
     return out
 
 

@@ -13,14 +13,16 @@ from pathlib import Path
 from core.config import SpecConfig
 from core.cost import model as cost
 from core.cost.predict import (Verdict, anchored, ar_ms, context_steps, costs_of, mixed_kinds, shape_label, shape_name,
-                               shape_of, verdict)
-from core.cost.store import CONTEXT, arithmetic_path, cached, calibration_key, load_json, machine
+                               shape_of, speedup, verdict)
+from core.cost.store import (CONTEXT, acceptance_path, arithmetic_path, cached, calibration_key, costs_path, load_json,
+                              machine)
 from core.decoding.context import SwitchPrior
 from core.models import draft_defaults
 from core.paths import write_atomic
 
 SHAPE_KEYS = ("shape", "depth", "top_k", "tree_size", "gamma")
 MARGIN = 0.05  # auto leaves the default shape only for a predicted gain above this (predictions err by up to ~10%)
+PAYS = 1.0  # auto speculates only where its best choice is predicted at least this fast; else plain decoding
 
 
 # ---------------------------------------------------------------- a run's prediction, the switch's start
@@ -74,7 +76,7 @@ def best_choice(data: dict, acc: dict, method: str, context: bool, allow_alone: 
     best = (None, None)
     if method in acc.get("heads", {}) and method in data.get("head", {}):
         for ctx in (context, False) if context and allow_alone else (context,):
-            s, _ = cost.best_of(cost.shape_grid(), lambda s, ctx=ctx: verdict(data, acc, method, s, ctx).speedup)
+            s, _ = cost.best_of(cost.shape_grid(), lambda s, ctx=ctx: speedup(data, acc, method, s, ctx))
             v = verdict(data, acc, method, s, ctx)
             if best[1] is None or v.speedup > best[1].speedup:
                 best = (s, v)
@@ -91,11 +93,25 @@ def home_verdict(data: dict, acc: dict, method: str, s: cost.Shape, context: boo
     return off if home is None or (off is not None and off.speedup > home.speedup) else home
 
 
-def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
+CHOICES: dict = {}  # (the calibration's files as they stand, cfg, flags) -> resolve_shape's answer (~30 ms a search)
+
+
+def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True, allow_plain: bool = True) -> tuple:
     """(cfg with a concrete shape, one line saying what `auto` chose and why). A cfg not on auto comes back as it is.
-    allow_context: with context drafting on, the choices include no model draft at all, and the model alone."""
+    allow_context: with context drafting on, the choices include no model draft at all, and the model alone.
+    allow_plain: where no choice is predicted to pay (PAYS), plain decoding (method "ar") instead: a 2-core AVX2-only
+    CPU, whose verify rows cost ~0.5 of a step each, ran SmolLM2's best choice, the context alone, at 0.81×."""
     if cfg.shape != "auto":
         return cfg, ""
+    paths = (costs_path(calibration_key(pipe)), acceptance_path(pipe))
+    key = (*((p, p.stat().st_mtime_ns if p.exists() else None) for p in paths), repr(cfg), allow_context, allow_plain)
+    if key not in CHOICES:
+        CHOICES[key] = choose_shape(pipe, cfg, allow_context, allow_plain)
+    return CHOICES[key]
+
+
+def choose_shape(pipe, cfg: SpecConfig, allow_context: bool, allow_plain: bool) -> tuple:
+    """resolve_shape's search on this machine's calibration."""
     fallback = replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
                                if k in SHAPE_KEYS})
     if cfg.method == "ar" or pipe.drafter is None:
@@ -115,6 +131,8 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
 
     def off(v: Verdict) -> str:
         return "" if context_of(v) == cfg.context else ", context drafting off (predicted faster without it)"
+    if allow_plain and max(v.speedup, home.speedup if home else 0.0) < PAYS:
+        return replace(fallback, method="ar"), plain_note(v)
     if home is not None and v.speedup < home.speedup * (1 + MARGIN):
         return replace(fallback, context=context_of(home)), (
             f"auto: the default shape {home.shape}{off(home)}, predicted {home.speedup:.2f}× plain decoding on this machine "
@@ -124,6 +142,12 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True) -> tuple:
                     f"{v.speedup:.2f}× plain decoding on this machine (τ {v.tau:.2f} against a break-even τ of "
                     f"{v.break_even_tau:.2f}; the default shape {home.shape if home else shape_label(fallback)} "
                     f"{home.speedup if home else 0:.2f}×)")
+
+
+def plain_note(v: Verdict) -> str:
+    return (f"auto: plain decoding, as no draft is predicted to pay on this machine (the best, {v.shape}, "
+            f"{v.speedup:.2f}× plain decoding: τ {v.tau:.2f} against a break-even τ of {v.break_even_tau:.2f}); "
+            "pick a shape to watch the drafts anyway")
 
 
 # ---------------------------------------------------------------- will it pay here? (what the app's panel shows)

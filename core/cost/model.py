@@ -29,6 +29,7 @@ emits the first token), and the drafter's prefill t_dpre(P), which speculation a
     speedup of the run = (t_pre + (N − 1) · t_ar) / (t_pre + t_dpre + (N − 1) / τ · t_step)     (run_speedup)
 """
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import product
 
 from core.decoding.context import ModelSwitch
@@ -143,10 +144,11 @@ def break_even_tau(c: Costs, method: str, s: Shape, held: float = 0.0) -> float:
     return tau
 
 
-def shape_grid(depths=range(2, 7), top_ks=range(2, 5), sizes=range(4, 17), chains=range(1, 7)) -> list:
+@lru_cache(maxsize=8)
+def shape_grid(depths=range(2, 7), top_ks=range(2, 5), sizes=range(4, 17), chains=range(1, 7)) -> tuple:
     """The shapes the optimiser chooses from: trees (depth, top-k, size ≥ depth) and chains of γ."""
     trees = [Shape(d, k, n) for d, k, n in product(depths, top_ks, sizes) if d <= n <= d * k]
-    return trees + [Shape(g, 1, g) for g in chains]
+    return tuple(trees + [Shape(g, 1, g) for g in chains])
 
 
 def best_of(grid, speedup) -> tuple:

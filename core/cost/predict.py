@@ -31,8 +31,9 @@ def shape_name(s: cost.Shape | None) -> str:
 
 
 def shape_label(cfg: SpecConfig) -> str:
-    """The shape a config runs, as the cost model names it ("tree 4/2/8", "chain 3", "context alone")."""
-    return shape_name(shape_of(cfg))
+    """The shape a config runs, as the cost model names it ("tree 4/2/8", "chain 3", "context alone", "plain
+    decoding")."""
+    return "plain decoding" if cfg.method == "ar" else shape_name(shape_of(cfg))
 
 
 @dataclass
@@ -196,16 +197,31 @@ def verdict(data: dict, acc: dict, method: str, s: cost.Shape | None, context: b
         tau, t_step = cs.alone()
         return Verdict(method, shape_name(None), tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar,
                        whole_run(data, tau, t_step, run, drafter=False), context=True)
+    step = model_step(data, acc, method, s, context)
+    if step is None:
+        return None
+    tau, t_step, c, mixed = step
+    whole = whole_run(data, tau, t_step, run, rows_logits=method in STREAM_METHODS)
+    return Verdict(method, shape_name(s) + (" + context" if mixed else ""), tau, t_step / t_ar, tau * t_ar / t_step,
+                   t_step, t_ar, whole, context=mixed, ceiling=cost.ceiling(c, method, t_ar)[1])
+
+
+def model_step(data: dict, acc: dict, method: str, s: cost.Shape, context: bool = False) -> tuple | None:
+    """(τ, t_step, the method's Costs, whether mixed with the context's steps) of head `method` at shape s; None where
+    the calibration lacks this method."""
     if method not in acc.get("heads", {}) or method not in data.get("head", {}):
         return None
     c, ac = costs_of(data, method), cost.Acceptance(acc["heads"][method]["a"])
     tau = 1 + cost.expected_accepted(ac, s)
-    t_step, name = cost.step_ms(c, method, s, cost.intake(c, ac, s, tau)), shape_name(s)
+    t_step = cost.step_ms(c, method, s, cost.intake(c, ac, s, tau))
     cs = context_steps(data, acc, mixed=True) if context else None
     if cs is not None:  # ModelSwitch starts from this calibration (switch_prior): no warm-up
         tau, t_step = with_model(c, method, s, tau, cs, cost.expected_held(ac, s))
-        name += " + context"
-    whole = whole_run(data, tau, t_step, run, rows_logits=method in STREAM_METHODS)
-    return Verdict(method, name, tau, t_step / t_ar, tau * t_ar / t_step, t_step, t_ar, whole, context=cs is not None,
-                   ceiling=cost.ceiling(c, method, t_ar)[1])
+    return tau, t_step, c, cs is not None
+
+
+def speedup(data: dict, acc: dict, method: str, s: cost.Shape, context: bool = False) -> float:
+    """verdict(...).speedup without the rest (what a search over the shape grid compares)."""
+    tau, t_step, _, _ = model_step(data, acc, method, s, context)
+    return tau * ar_ms(data) / t_step
 

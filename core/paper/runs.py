@@ -208,11 +208,12 @@ def run_bench(args) -> list:
 
 
 def resolved(pipe, cfgs: dict) -> dict:
-    """Each method's config with `--shape auto` resolved on this machine's calibration, the choice printed."""
+    """Each method's config with `--shape auto` resolved on this machine's calibration (each method drafts, even where
+    plain decoding is predicted faster), the choice printed."""
     from core.cost.choose import resolve_shape
     out = {}
     for m, c in cfgs.items():
-        out[m], note = resolve_shape(pipe, c)
+        out[m], note = resolve_shape(pipe, c, allow_plain=False)
         if note:
             print(f"{m}: {note}", file=sys.stderr)
     return out
