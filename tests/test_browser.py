@@ -166,17 +166,22 @@ def test_a_run_on_the_auto_shape_shows_why_speculation_pays_or_loses_here(browse
     set_max_tokens(page, str(RUN_TOKENS))
     page.locator("#run-btn").click()
     page.wait_for_selector("#pay-panel .pay-reason", timeout=300_000)
-    page.wait_for_function("() => document.querySelector('#summary [data-card=\"speedup vs AR\"] .card-v')"
-                           ".innerText.includes('×')", timeout=300_000)
     panel = page.locator("#pay-panel")
     reason = panel.locator(".pay-reason").inner_text()
-    assert reason.startswith(("Speculation pays here", "Speculation loses here")), reason
+    if not reason.startswith("Plain decoding"):  # a speculative run: the speedup once plain decoding has run too
+        page.wait_for_function("() => document.querySelector('#summary [data-card=\"speedup vs AR\"] .card-v')"
+                               ".innerText.includes('×')", timeout=300_000)
     assert "must emit τ ≥" in reason and " ms " in reason
     assert panel.locator(".pay-shape").inner_text().startswith("auto: ")
-    assert panel.locator("tr.pay-own td").count() == 7  # this run: shape, break-even, τ and speedup both ways
-    measured = panel.locator("tr.pay-own td").nth(6).inner_text()
-    assert measured.endswith("×") and float(measured[:-1]) > 0
-    assert panel.locator("tr").count() >= 4  # this run, the other heads at their best shapes
+    if reason.startswith("Plain decoding"):  # no draft predicted to pay (a 2-core AVX2-only CPU)
+        assert "auto: plain decoding" in panel.locator(".pay-shape").inner_text()
+        assert panel.locator("tr.pay-own").count() == 0 and panel.locator("tr").count() >= 4  # heads, no model draft
+    else:
+        assert reason.startswith(("Speculation pays here", "Speculation loses here")), reason
+        assert panel.locator("tr.pay-own td").count() == 7  # this run: shape, break-even, τ and speedup both ways
+        measured = panel.locator("tr.pay-own td").nth(6).inner_text()
+        assert measured.endswith("×") and float(measured[:-1]) > 0
+        assert panel.locator("tr").count() >= 4  # this run, the other heads at their best shapes
     assert "target step" in panel.locator(".pay-costs").inner_text()
     panel.screenshot(path=str(ART / "pay-panel.png"))
     page.screenshot(path=str(ART / "run-auto-desktop.png"), full_page=True)

@@ -209,6 +209,15 @@ def test_compare_and_the_paper_runs_keep_a_draft_where_none_is_predicted_to_pay(
     assert cfg.method == "nanospec" and cfg.shape in ("tree", "chain") and not note.startswith("auto: plain")
 
 
+def test_a_new_calibration_changes_autos_kept_choice(pipe, costs, tmp_path, monkeypatch):
+    calibrated(pipe, expensive_rows(costs), tmp_path, monkeypatch, [[0.3, 0.1]] * 6)
+    cfg = SpecConfig(method="nanospec", shape="auto", context="off")
+    assert choose.resolve_shape(pipe, cfg)[0].method == "ar"
+    cheap = expensive_rows(costs) | {"verify": [10.0] * 32, "other": {"nanospec": 0.0, "ar": 0.0}}
+    calibrated(pipe, cheap, tmp_path, monkeypatch, [[0.9, 0.6]] * 6)
+    assert choose.resolve_shape(pipe, cfg)[0].method == "nanospec"
+
+
 def test_the_context_alone_needs_context_drafting_on():
     with pytest.raises(SpecError, match="needs context on"):
         SpecConfig(shape="context", context="off").validate()

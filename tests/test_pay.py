@@ -39,6 +39,33 @@ def test_the_panel_holds_this_runs_row_the_other_heads_and_no_model_draft():
     assert "avx2/fma" in html and "calibrated 2026-12-02" in html
 
 
+def plain_report() -> dict:
+    """auto chose plain decoding: no run verdict, the heads at their best shapes, the context alone."""
+    return report() | {"shape": "plain decoding", "method": "ar", "run": None,
+                       "shape_note": "auto: plain decoding, as no draft is predicted to pay on this machine",
+                       "methods": [verdict(speedup=0.7, be=2.0, tau=1.4)],
+                       "context": verdict(shape="context alone", tau=1.49, be=1.8, speedup=0.83, t_step=17.4, t_ar=9.8)}
+
+
+def test_where_auto_decodes_plainly_the_sentence_names_the_best_draft_it_passed_over():
+    r = pay_reason(plain_report(), tau=1.0, speedup=1.0)
+    assert r.startswith("Plain decoding is fastest here: the best draft, the context alone, is predicted at 0.83×")
+    assert "17.4 ms against 9.8 ms" in r and "τ ≥ 1.80" in r and "τ 1.49" in r
+
+
+def test_where_a_probe_now_predicts_a_draft_to_pay_the_sentence_says_plain_decoding_ran_on_the_calibration():
+    cost = plain_report()
+    cost["context"]["speedup"] = 1.02
+    r = pay_reason(cost, tau=1.0, speedup=1.0)
+    assert r.startswith("Plain decoding ran, as the calibration predicted no draft to pay") and "1.02×" in r
+
+
+def test_where_auto_decodes_plainly_the_panel_lists_every_head_and_the_context_alone():
+    html = pay_panel(plain_report(), {"steps": 64, "mean_accept_len": 1.0}, 1.0)
+    assert 'class="pay-own"' not in html and "<b>nanospec</b>" in html and "no model draft" in html
+    assert "auto: plain decoding" in html
+
+
 def test_without_a_calibration_the_panel_names_the_command_or_the_measuring_under_way():
     missing = {"shape": "tree 3/2/6", "shape_note": "", "missing": "python -m core calibrate", "machine": {}}
     assert "<code>python -m core calibrate</code>" in pay_panel(missing)

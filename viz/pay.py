@@ -15,7 +15,7 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
     """One sentence: does speculation pay for this run on this machine, and why."""
     run = (cost or {}).get("run")
     if not run:
-        return ""
+        return plain_reason(cost or {})
     be, t_ar = run["break_even_tau"], run["t_ar_ms"]
     extra = run["t_step_ms"] - t_ar
     why = (f"a step of {run['shape']} costs {run['t_step_ms']:.1f} ms against {t_ar:.1f} ms for one plain token "
@@ -32,6 +32,23 @@ def pay_reason(cost: dict, tau: float | None, speedup: float | None) -> str:
         text += (f" By τ it should {'gain' if by_tau else 'lose'}: the two timed runs differ by more than the costs "
                  "predict, as timings on a busy or shared machine do.")
     return text + _ceiling(run)
+
+
+def plain_reason(cost: dict) -> str:
+    """Where `auto` chose plain decoding: the fastest draft it passed over, and why that one loses here."""
+    options = cost.get("methods", []) + ([cost["context"] | {"method": "the context alone"}] if cost.get("context") else [])
+    if cost.get("method") != "ar" or not cost.get("shape_note", "").startswith("auto: ") or not options:
+        return ""
+    best = max(options, key=predicted)
+    name = best["method"] if best["method"] == "the context alone" else f"{best['method']} at {best['shape']}"
+    sp = predicted(best)
+    lead = (f"Plain decoding is fastest here: the best draft, {name}, is predicted at {sp:.2f}× plain decoding."
+            if sp < PAYS_AT else
+            f"Plain decoding ran, as the calibration predicted no draft to pay; re-read at this moment the best draft, "
+            f"{name}, comes to {sp:.2f}×, within the cost model's error.")
+    return (f"{lead} Its step costs {best['t_step_ms']:.1f} ms against {best['t_ar_ms']:.1f} ms for one plain "
+            f"token, so it must emit τ ≥ {best['break_even_tau']:.2f} tokens to break even; its drafts give a predicted "
+            f"τ {best['tau']:.2f}.{_ceiling(best)}")
 
 
 def _ceiling(run: dict) -> str:
@@ -68,7 +85,7 @@ def _table(cost: dict, measured: dict) -> str:
     rows = [_row(cost["run"], measured, own=True)] if cost.get("run") else []
     rows += [_row(v) for v in cost.get("methods", [])
              if not (cost.get("run") and v["method"] == cost["run"]["method"] and v["shape"] == cost["run"]["shape"])]
-    if cost.get("context") and cost["run"] and cost["run"]["shape"] != cost["context"]["shape"]:
+    if cost.get("context") and (not cost.get("run") or cost["run"]["shape"] != cost["context"]["shape"]):
         rows.append(_row(cost["context"] | {"method": "no model draft"}))
     return f'<table>{head}{"".join(rows)}</table>'
 

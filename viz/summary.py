@@ -52,6 +52,7 @@ def summary_cards(summary: dict, method: str = "", baseline: dict | None = None,
              ("coverage", _coverage(summary, method), "emitted tokens inside the draft vocabulary"),
              ("LM-head share", "—" if share is None else f"{100 * share:.0f}%", "LM head / all drafting time"),
              ("speedup vs AR", "—" if sp is None else f"{sp:.2f}×",
+              "this run is plain decoding" if method == "ar" else
               "plain decoding of the same prompt runs after this one" if sp is None else
               "tokens/s ÷ plain decoding tokens/s (same prompt, settings and machine)"),
              ("vocab misses", _misses(records, method), "corrections whose target token lay outside I_t: "

@@ -14,8 +14,7 @@ from core.config import SpecConfig
 from core.cost import model as cost
 from core.cost.predict import (Verdict, anchored, ar_ms, context_steps, costs_of, mixed_kinds, shape_label, shape_name,
                                shape_of, speedup, verdict)
-from core.cost.store import (CONTEXT, acceptance_path, arithmetic_path, cached, calibration_key, costs_path, load_json,
-                              machine)
+from core.cost.store import CONTEXT, arithmetic_path, cached, calibration_key, load_json, machine, stamps
 from core.decoding.context import SwitchPrior
 from core.models import draft_defaults
 from core.paths import write_atomic
@@ -103,8 +102,7 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True, allow_plain
     CPU, whose verify rows cost ~0.5 of a step each, ran SmolLM2's best choice, the context alone, at 0.81×."""
     if cfg.shape != "auto":
         return cfg, ""
-    paths = (costs_path(calibration_key(pipe)), acceptance_path(pipe))
-    key = (*((p, p.stat().st_mtime_ns if p.exists() else None) for p in paths), repr(cfg), allow_context, allow_plain)
+    key = (stamps(pipe), repr(cfg), allow_context, allow_plain)
     if key not in CHOICES:
         CHOICES[key] = choose_shape(pipe, cfg, allow_context, allow_plain)
     return CHOICES[key]

@@ -85,3 +85,10 @@ def load_json(path: Path) -> dict | None:
 def cached(pipe) -> tuple:
     """(costs, acceptance) saved for this pipeline on this machine, each None where missing."""
     return load_json(costs_path(calibration_key(pipe))), load_json(acceptance_path(pipe))
+
+
+def stamps(pipe) -> tuple:
+    """The files cached(pipe) reads and their modification times (None where missing): a choice made from them holds
+    while these do."""
+    paths = (costs_path(calibration_key(pipe)), acceptance_path(pipe))
+    return tuple((p, p.stat().st_mtime_ns if p.exists() else None) for p in paths)
