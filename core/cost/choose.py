@@ -102,18 +102,23 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True, allow_plain
     CPU, whose verify rows cost ~0.5 of a step each, ran SmolLM2's best choice, the context alone, at 0.81×."""
     if cfg.shape != "auto":
         return cfg, ""
+    if cfg.method == "ar" or pipe.drafter is None:
+        return measured_shape(pipe, cfg), ""
     key = (stamps(pipe), repr(cfg), allow_context, allow_plain)
     if key not in CHOICES:
         CHOICES[key] = choose_shape(pipe, cfg, allow_context, allow_plain)
     return CHOICES[key]
 
 
+def measured_shape(pipe, cfg: SpecConfig) -> SpecConfig:
+    """cfg at the model's measured shape (core.models.Alias.draft_defaults), else SpecConfig's tree."""
+    return replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
+                           if k in SHAPE_KEYS})
+
+
 def choose_shape(pipe, cfg: SpecConfig, allow_context: bool, allow_plain: bool) -> tuple:
     """resolve_shape's search on this machine's calibration."""
-    fallback = replace(cfg, **{k: v for k, v in ({"shape": "tree"} | draft_defaults(pipe.model_id)).items()
-                               if k in SHAPE_KEYS})
-    if cfg.method == "ar" or pipe.drafter is None:
-        return fallback, ""
+    fallback = measured_shape(pipe, cfg)
     data, acc = cached(pipe)
     on = cfg.context == "on"
     s, v = best_choice(data, acc, cfg.method, on, allow_context) if data and acc else (None, None)
