@@ -55,3 +55,27 @@ def test_the_table_sets_each_variants_generation_phase_beside_our_ars():
             {"variant": "hf", "wall_s": 2.0, "new_tokens": 10}]
     got = {r["variant"]: r["x_ar_decode"] for r in table(rows, ["ar", "llamacpp", "hf"])}
     assert got == {"ar": 1.0, "llamacpp": 2.0, "hf": ""}
+
+
+def test_an_auto_variant_names_what_auto_chose_and_a_fixed_shape_names_nothing(monkeypatch):
+    from dataclasses import replace
+
+    from bench.suites.pair import auto_choice
+    from core.config import SpecConfig
+    from core.cost import choose
+    monkeypatch.setattr(choose, "resolve_shape", lambda pipe, cfg: (replace(cfg, method="ar", shape="tree"), "note"))
+    cfg, chose = auto_choice(None, SpecConfig(method="nanospec", shape="auto"))
+    assert cfg.method == "ar" and chose == "plain decoding"
+    monkeypatch.setattr(choose, "resolve_shape", lambda pipe, cfg: (replace(cfg, shape="chain", gamma=2, context="on"), ""))
+    assert auto_choice(None, SpecConfig(method="nanospec", shape="auto"))[1] == "chain 2 + context"
+    assert auto_choice(None, SpecConfig(method="nanospec", shape="tree")) == (SpecConfig(method="nanospec", shape="tree"), "")
+
+
+def test_the_recorded_best_speculation_names_autos_choice(monkeypatch):
+    from bench import results
+    from bench.suites.pair import record
+    got = {}
+    monkeypatch.setattr(results, "append_row", lambda kind, model, figures, *a, **k: got.update(figures) or {"figures": figures})
+    rows = [{"variant": "nanospec-auto", "x_ar": 0.99, "x_ar_decode": "", "identical": "7/7", "chose": "plain decoding"}]
+    record(rows, type("Args", (), {"model": "m", "threads": 2, "draft": "eagle"})(), [])
+    assert got["best_spec_label"] == "nanospec-auto → plain decoding"

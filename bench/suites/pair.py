@@ -26,7 +26,8 @@ from core.paper.runs import run_row
 from core.trace.stats import aggregate, tokens_of, tps_ratio
 
 # a variant: METHOD[-chainG | -treeDxKxN | -auto][-noctx | -ctx][-WN][-rM | -pM][-wWEIGHTS] over the target's measured
-# draft defaults (-auto: the shape `--shape auto` picks from this machine's calibration, as a user's run gets it; -WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
+# draft defaults (-auto: the shape `--shape auto` picks from this machine's calibration, as a user's run gets it, named
+# in the table's `chose`; -WN: NanoSpec's / NanoSlim's stream window W_max = N; -rM: a low-rank head rescores its top-M, M = 0 the
 # paper's SlimSpec; -pM: NanoSpec previews the top-M of the low-rank head over V, M = 0 the paper's NanoSpec);
 # "hf" / "hf-assisted" run transformers;
 # "llamacpp" / "llamacpp-spec[N]" run llama.cpp on the same GGUFs (bench/llamacpp/compare.py)
@@ -105,9 +106,21 @@ def run_variant(pipe, prompt, name, n, ar) -> dict:
     if "draft_weights" in opts:  # one pipeline per draft weights, sharing the target
         pipe = pipe.with_draft_weights(opts.pop("draft_weights"))
     cfg = SpecConfig(method=method, max_new_tokens=n, **{**base, **opts}).validate()
+    cfg, chose = auto_choice(pipe, cfg)
     row, _, records = run_row(pipe, prompt, cfg, ar)
     toks, secs = our_decode(records)
-    return {**row, "variant": name, "trace": None, "decode_tokens": toks, "decode_s": secs}, records
+    return {**row, "variant": name, "trace": None, "decode_tokens": toks, "decode_s": secs, "chose": chose}, records
+
+
+def auto_choice(pipe, cfg: SpecConfig) -> tuple:
+    """(cfg with `--shape auto` resolved as a user's run resolves it, what it chose: "" where not on auto)."""
+    if cfg.shape != "auto":
+        return cfg, ""
+    from core.cost.choose import resolve_shape
+    from core.cost.predict import shape_label
+    cfg = resolve_shape(pipe, cfg)[0]
+    mixed = cfg.method != "ar" and cfg.shape != "context" and cfg.context == "on"
+    return cfg, shape_label(cfg) + (" + context" if mixed else "")
 
 
 def table(rows: list, names: list) -> list:
@@ -126,7 +139,8 @@ def table(rows: list, names: list) -> list:
                     "coverage": round(a["coverage"], 3) if traced else "",
                     "mean_active": round(a["mean_active_vocab"]) if traced else "",
                     "identical": f"{a['identical']}/{len(g)}" if v != "ar" else "",
-                    "no_repack": sum(r.get("repacked") is False for r in g) if v.startswith("llamacpp") else ""})
+                    "no_repack": sum(r.get("repacked") is False for r in g) if v.startswith("llamacpp") else "",
+                    "chose": "/".join(dict.fromkeys(r["chose"] for r in g if r.get("chose")))})
     return out
 
 
@@ -177,7 +191,8 @@ def record(rows: list, args, argv) -> None:
         return
     from bench.results import append_row
     best = max(ours, key=lambda r: r["x_ar"] or 0)
-    figures = {"best_spec_x": best["x_ar"], "best_spec_label": best["variant"], "phase": "whole",
+    label = best["variant"] + (f" → {best['chose']}" if best.get("chose") else "")
+    figures = {"best_spec_x": best["x_ar"], "best_spec_label": label, "phase": "whole",
                **({"x_ar_decode": best["x_ar_decode"]} if best["x_ar_decode"] else {})}
     row = append_row("speculation", args.model, figures, "python -m bench pair", argv=argv, threads=args.threads,
                      draft=args.draft)
