@@ -9,7 +9,7 @@ import torch
 
 from bench import harness
 from core.cost.choose import prediction, resolve_shape
-from core.cost.predict import shape_label
+from core.cost.predict import mixes_context, shape_label
 from core.config import SpecConfig
 from core.prompts import load_prompts, per_category
 from core.models import draft_defaults
@@ -31,8 +31,7 @@ def variants(pipe, n: int) -> dict:
            "context alone": dataclasses.replace(base, shape="context", context="on"),
            f"best model shape {shape_label(best)}": dataclasses.replace(best, context="off"),
            f"best model shape {shape_label(best)} +context": dataclasses.replace(best, context="on")}
-    ctx = " +context" if auto.context == "on" and auto.shape != "context" and auto.method != "ar" else ""
-    out[f"auto ({shape_label(auto)}{ctx})"] = auto
+    out[f"auto ({shape_label(auto)}{' +context' if mixes_context(auto) else ''})"] = auto
     return out
 
 

@@ -117,10 +117,9 @@ def auto_choice(pipe, cfg: SpecConfig) -> tuple:
     if cfg.shape != "auto":
         return cfg, ""
     from core.cost.choose import resolve_shape
-    from core.cost.predict import shape_label
+    from core.cost.predict import mixes_context, shape_label
     cfg = resolve_shape(pipe, cfg)[0]
-    mixed = cfg.method != "ar" and cfg.shape != "context" and cfg.context == "on"
-    return cfg, shape_label(cfg) + (" + context" if mixed else "")
+    return cfg, shape_label(cfg) + (" + context" if mixes_context(cfg) else "")
 
 
 def table(rows: list, names: list) -> list:

@@ -93,6 +93,7 @@ def home_verdict(data: dict, acc: dict, method: str, s: cost.Shape, context: boo
 
 
 CHOICES: dict = {}  # (the calibration's files as they stand, cfg, flags) -> resolve_shape's answer (~30 ms a search)
+KEPT_CHOICES = 256  # the oldest goes first past this: a server's runs of many settings do not grow it without bound
 
 
 def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True, allow_plain: bool = True) -> tuple:
@@ -106,6 +107,8 @@ def resolve_shape(pipe, cfg: SpecConfig, allow_context: bool = True, allow_plain
         return measured_shape(pipe, cfg), ""
     key = (stamps(pipe), repr(cfg), allow_context, allow_plain)
     if key not in CHOICES:
+        if len(CHOICES) >= KEPT_CHOICES:
+            CHOICES.pop(next(iter(CHOICES)))
         CHOICES[key] = choose_shape(pipe, cfg, allow_context, allow_plain)
     return CHOICES[key]
 

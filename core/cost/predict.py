@@ -36,6 +36,11 @@ def shape_label(cfg: SpecConfig) -> str:
     return "plain decoding" if cfg.method == "ar" else shape_name(shape_of(cfg))
 
 
+def mixes_context(cfg: SpecConfig) -> bool:
+    """Whether a run of cfg drafts the model beside the context (not plain decoding, not the context alone)."""
+    return cfg.method != "ar" and cfg.shape != CONTEXT and cfg.context == "on"
+
+
 @dataclass
 class ContextSteps:
     """Drafting from the context, as measured: a fraction f of steps finds a continuation and verifies rows_c rows for

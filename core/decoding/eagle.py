@@ -232,14 +232,15 @@ def fc_fn(fc: nn.Linear, weights: str = "model"):
     """The head's fc as a function. weights "int8" (the layer's draft weights) on the CPU where q8_mm runs: Q8_0
     blocks, as the layer's own int8 weights; else bf16 on the CPU: in fp32 from a transposed copy (a few-row bf16
     product has no fast path there: 0.2 ms vs 0.05 ms for SmolLM2's [1152 -> 576])."""
-    from core.kernels.cpu import gguf_q8
+    from core.runtime.quant import q8_fits, quantize
+    from core.runtime.weights import quant_mm
     w = fc.weight
     if w.device.type != "cpu" or (w.dtype != torch.bfloat16 and weights != "int8"):
         return fc
     b = None if fc.bias is None else fc.bias.detach().float()
-    if weights == "int8" and gguf_q8.available() and w.shape[1] % 32 == 0:
-        codes = gguf_q8.q8_0_codes(w)  # the 0.5B head's [1792 -> 896]: 0.3 ms in fp32, ~0.03 on its blocks
-        return lambda z: gguf_q8.q8_mm(z, codes) + b if b is not None else gguf_q8.q8_mm(z, codes)
+    if weights == "int8" and q8_fits(w):
+        q = quantize(w, "int8")  # the 0.5B head's [1792 -> 896]: 0.3 ms in fp32, ~0.03 on its blocks
+        return lambda z: quant_mm(z, q) + b if b is not None else quant_mm(z, q)
     wt = w.detach().float().t().contiguous()
     return lambda z: torch.addmm(b, z.float(), wt) if b is not None else z.float() @ wt
 

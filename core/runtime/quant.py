@@ -16,12 +16,17 @@ def q8_blocks_here() -> bool:
     return gguf_q8.available()
 
 
+def q8_fits(w) -> bool:
+    """Whether quantize(w, "int8") gives Q8_0 blocks (q8_mm runs here and w's inputs are whole 32-blocks)."""
+    return q8_blocks_here() and w.shape[1] % 32 == 0
+
+
 def quantize(w, kind: str) -> tuple:
     """Weight-only quantization of w [out, in]: int8 as Q8_0 blocks where q8_mm runs (a draft's layer of 1 / 6 rows:
     ~0.65 / 0.3 of torch's int8 kernel's time, docs/runtime.md), else symmetric per output channel (torch's kernel);
     int4 asymmetric per group of INT4_GROUP inputs, w = q · scale + lo, for our AVX512-VNNI kernel where it is built,
     else torch's. (kind, implementation, tensors...)."""
-    if kind == "int8" and q8_blocks_here() and w.shape[1] % 32 == 0:
+    if kind == "int8" and q8_fits(w):
         return "int8", "q8", gguf_q8.q8_0_codes(w)
     w32, dt = w.float().contiguous(), w.dtype
     if kind == "int8":
